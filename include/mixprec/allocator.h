@@ -1,0 +1,42 @@
+// Allocators and memory accounting. Every storage byte goes through allocate()/deallocate() of
+// its device's allocator, which aligns to 64 bytes and keeps live and peak byte counters per
+// device (training reports peak memory from them). Counters are atomic; peak is resettable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mixprec/device.h"
+
+namespace mixprec {
+
+struct MemoryStats {
+  int64_t live_bytes = 0;   // bytes held by live storages now
+  int64_t peak_bytes = 0;   // maximum of live_bytes since start or the last reset_peak_memory
+  int64_t allocations = 0;  // number of allocate() calls since start
+};
+
+inline constexpr size_t kAllocAlignment = 64;
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual Device device() const = 0;
+};
+
+// The allocator of a device. Throws for a device this build has no backend for.
+Allocator& allocator_for(Device device);
+
+MemoryStats memory_stats(Device device = Device::cpu());
+// Sets peak to the current live bytes.
+void reset_peak_memory(Device device = Device::cpu());
+
+namespace detail {
+// Called by allocators to keep the counters.
+void record_alloc(Device device, size_t nbytes);
+void record_free(Device device, size_t nbytes);
+}  // namespace detail
+
+}  // namespace mixprec

@@ -1,0 +1,167 @@
+// Tensor: a thin value handle (shared, like std::shared_ptr) to shared storage plus shape,
+// strides (in elements), offset (in elements), dtype and device. Copies of a Tensor alias the
+// same data; views (reshape of contiguous data, permute, slice) alias the same Storage.
+// Invariants: strides/offset always address inside storage; Storage::version() is bumped by
+// every in-place write, so caches keyed on (storage id, version) see in-place changes.
+// Math lives in free functions (ops); this class keeps to views, copies and element access.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixprec/device.h"
+#include "mixprec/dtype.h"
+#include "mixprec/shape.h"
+
+namespace mixprec {
+
+class Storage {
+ public:
+  // Uninitialised bytes from the device's allocator.
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  // Unique for the life of the process (addresses get reused; ids do not).
+  uint64_t id() const { return id_; }
+  // Bumped by every in-place write through any tensor on this storage.
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
+
+ private:
+  Storage(void* data, size_t nbytes, Device device);
+  void* data_;
+  size_t nbytes_;
+  Device device_;
+  uint64_t id_;
+  uint64_t version_ = 0;
+};
+
+struct TensorOptions {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+};
+
+struct AutogradMeta;  // defined by the autograd layer
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;
+  DType dtype = DType::f32;
+  std::shared_ptr<AutogradMeta> autograd;  // null unless autograd tracks this tensor
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor; most calls on it throw
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Uninitialised contents.
+  static Tensor empty(const Shape& shape, TensorOptions options = {});
+  // A tensor over existing storage (a view). Checks that the view fits in the storage.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& shape,
+                             const Strides& strides, int64_t offset, DType dtype);
+  // Copies `data` (element type T) into a new tensor of `shape`, converted to `dtype` (default:
+  // T's own dtype). data.size() must equal the number of elements.
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& data, const Shape& shape,
+                            std::optional<DType> dtype = std::nullopt);
+  static Tensor from_data(const void* data, DType src_dtype, const Shape& shape,
+                          TensorOptions options);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Strides& strides() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;
+  int64_t numel() const;
+  int64_t offset() const;
+  DType dtype() const;
+  Device device() const;
+  size_t itemsize() const { return dtype_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const;
+  TensorImpl* impl() const { return impl_.get(); }
+  bool same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // Address of element 0 (storage base + offset). data<T>() also checks that T matches dtype.
+  void* data_ptr() const;
+  template <class T> T* data() const;
+
+  // ---- views and copies
+  Tensor contiguous() const;  // self if already contiguous, else a packed copy
+  Tensor clone() const;       // always a new packed copy
+  Tensor view(const Shape& shape) const;     // no copy; throws if strides do not allow it
+  Tensor reshape(const Shape& shape) const;  // view when possible, else copy; one -1 allowed
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor astype(DType dtype) const;  // self if already dtype, else a converted copy
+  // Writes src (same shape, any dtype) into this tensor's elements; bumps the version.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double value);
+
+  // ---- element access (checked: indices in range, dims match)
+  double item() const;
+  double at(std::initializer_list<int64_t> index) const;
+  template <class T> std::vector<T> to_vector() const;
+
+  // ---- printing
+  std::string str(int edge_items = 3) const;
+
+ private:
+  void check_defined(const char* what) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Factories.
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, double value, TensorOptions options = {});
+// [0, end) and [start, end) with step, like numpy.arange.
+Tensor arange(double end, TensorOptions options = {});
+Tensor arange(double start, double end, double step, TensorOptions options = {});
+
+// ------------------------------------------------------------------ template definitions
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& data, const Shape& shape,
+                           std::optional<DType> dtype) {
+  constexpr DType src = std::is_same_v<T, bool> ? DType::boolean : dtype_of<T>();
+  static_assert(!std::is_same_v<T, bool>, "use std::vector<uint8_t> for boolean data");
+  MIXPREC_CHECK(static_cast<int64_t>(data.size()) == shape_numel(shape),
+                "Tensor::from_vector: expected ", shape_numel(shape), " elements for shape ",
+                shape_str(shape), ", got ", data.size());
+  return from_data(data.data(), src, shape, {.dtype = dtype.value_or(src)});
+}
+
+template <class T>
+T* Tensor::data() const {
+  MIXPREC_CHECK(dtype_size(dtype()) == sizeof(T) &&
+                    (dtype_of<T>() == dtype() ||
+                     (std::is_same_v<T, uint8_t> && dtype() == DType::boolean)),
+                "Tensor::data<T>: T does not match the tensor dtype ", dtype_name(dtype()));
+  return static_cast<T*>(data_ptr());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  const Tensor packed = astype(dtype_of<T>()).contiguous();
+  const T* p = packed.data<T>();
+  return std::vector<T>(p, p + packed.numel());
+}
+
+}  // namespace mixprec

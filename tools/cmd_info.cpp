@@ -1,0 +1,34 @@
+// `mixprec info`: what this build and this machine offer (version, CPU features, converter
+// path, oneDNN), so that a bug report or a benchmark names what it ran on.
+#include <cstdio>
+
+#include "commands.h"
+#include "mixprec/convert.h"
+#include "mixprec/cpu_features.h"
+#include "mixprec/version.h"
+
+#if MIXPREC_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace mixprec::cli {
+
+Action register_info(CLI::App& app) {
+  app.add_subcommand("info", "Print the build configuration and the CPU features in use");
+  return [] {
+    std::printf("mixprec %s\n", MIXPREC_VERSION);
+    std::printf("cpu features (detected): %s\n", describe(detect_cpu_features()).c_str());
+    std::printf("cpu features (in use):   %s\n", describe(cpu_features()).c_str());
+    std::printf("f32<->f16/bf16 converters: %s\n", std::string(isa_name(active_convert_isa())).c_str());
+#if MIXPREC_WITH_ONEDNN
+    const dnnl_version_t* v = dnnl_version();
+    std::printf("oneDNN: %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
+                v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
+#else
+    std::printf("oneDNN: disabled at build time (reference kernels only)\n");
+#endif
+    return 0;
+  };
+}
+
+}  // namespace mixprec::cli

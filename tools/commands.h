@@ -1,0 +1,14 @@
+// The mixprec CLI's subcommands. Each registers itself on the CLI11 app and returns the action
+// to run when it is selected; main() parses, runs the chosen action and prints mixprec::Error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace mixprec::cli {
+
+using Action = std::function<int()>;
+
+Action register_info(CLI::App& app);
+
+}  // namespace mixprec::cli
