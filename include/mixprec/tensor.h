@@ -50,7 +50,8 @@ struct TensorOptions {
   Device device = Device::cpu();
 };
 
-struct AutogradMeta;  // defined by the autograd layer
+struct AutogradMeta;  // graph.h
+struct Node;          // graph.h
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -99,7 +100,20 @@ class Tensor {
   void* data_ptr() const;
   template <class T> T* data() const;
 
-  // ---- views and copies
+  // ---- autograd (graph.h has the structures, autograd/ the engine)
+  bool requires_grad() const;
+  // Marks a leaf as requiring gradients (parameters). Returns *this.
+  Tensor& set_requires_grad(bool on = true);
+  bool is_leaf() const;                  // no grad_fn
+  Tensor grad() const;                   // accumulated gradient (undefined if none yet)
+  void set_grad(const Tensor& grad);     // replaces it (undefined clears it)
+  std::shared_ptr<Node> grad_fn() const;
+  Tensor detach() const;                 // same storage, no autograd history
+  // Backpropagates from this tensor (a scalar unless `gradient` is given) into the .grad of
+  // the leaves that require grad. Frees the graph unless retain_graph.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+
+  // ---- views and copies (differentiable: they record autograd nodes like ops do)
   Tensor contiguous() const;  // self if already contiguous, else a packed copy
   Tensor clone() const;       // always a new packed copy
   Tensor view(const Shape& shape) const;     // no copy; throws if strides do not allow it
@@ -108,7 +122,8 @@ class Tensor {
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor astype(DType dtype) const;  // self if already dtype, else a converted copy
-  // Writes src (same shape, any dtype) into this tensor's elements; bumps the version.
+  // In-place writes (not differentiable: refused on tensors that require grad while grad mode
+  // is on). Writes src (same shape, any dtype) into this tensor's elements; bumps the version.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);
 

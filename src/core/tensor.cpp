@@ -12,6 +12,8 @@
 #include "mixprec/allocator.h"
 #include "mixprec/convert.h"
 #include "strided_copy.h"
+#include "tensor_raw.h"
+#include "mixprec/graph.h"
 
 namespace mixprec {
 
@@ -187,24 +189,30 @@ static std::optional<Strides> view_strides(const Shape& shape, const Strides& st
   return out;
 }
 
-Tensor Tensor::view(const Shape& new_shape) const {
-  const Shape s = infer_shape(new_shape, numel(), "view");
-  auto st = view_strides(shape(), strides(), s);
-  MIXPREC_CHECK(st.has_value(), "view: cannot view a tensor of shape ", shape_str(shape()),
-                " and strides ", shape_str(strides()), " as ", shape_str(s), " without a copy",
+namespace detail {
+
+Tensor raw_view(const Tensor& t, const Shape& new_shape) {
+  const Shape s = infer_shape(new_shape, t.numel(), "view");
+  auto st = view_strides(t.shape(), t.strides(), s);
+  MIXPREC_CHECK(st.has_value(), "view: cannot view a tensor of shape ", shape_str(t.shape()),
+                " and strides ", shape_str(t.strides()), " as ", shape_str(s), " without a copy",
                 Hint{"use reshape(), which copies when it must, or call contiguous() first"});
-  return from_storage(storage(), s, *st, offset(), dtype());
+  return Tensor::from_storage(t.storage(), s, *st, t.offset(), t.dtype());
 }
 
-Tensor Tensor::reshape(const Shape& new_shape) const {
-  const Shape s = infer_shape(new_shape, numel(), "reshape");
-  if (auto st = view_strides(shape(), strides(), s))
-    return from_storage(storage(), s, *st, offset(), dtype());
-  return contiguous().view(s);
+std::optional<Tensor> raw_try_view(const Tensor& t, const Shape& new_shape) {
+  const Shape s = infer_shape(new_shape, t.numel(), "reshape");
+  if (auto st = view_strides(t.shape(), t.strides(), s))
+    return Tensor::from_storage(t.storage(), s, *st, t.offset(), t.dtype());
+  return std::nullopt;
 }
 
-Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  const int64_t nd = dim();
+Shape infer_reshape(const Shape& requested, int64_t numel) {
+  return infer_shape(requested, numel, "reshape");
+}
+
+Tensor raw_permute(const Tensor& t, const std::vector<int64_t>& dims) {
+  const int64_t nd = t.dim();
   MIXPREC_CHECK(static_cast<int64_t>(dims.size()) == nd, "permute: expected ", nd,
                 " dims, got ", dims.size());
   Shape s(dims.size());
@@ -214,54 +222,45 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     const int64_t d = wrap_dim(dims[i], nd, "permute dim");
     MIXPREC_CHECK(!seen[static_cast<size_t>(d)], "permute: dim ", d, " repeated");
     seen[static_cast<size_t>(d)] = true;
-    s[i] = shape()[static_cast<size_t>(d)];
-    st[i] = strides()[static_cast<size_t>(d)];
+    s[i] = t.shape()[static_cast<size_t>(d)];
+    st[i] = t.strides()[static_cast<size_t>(d)];
   }
-  return from_storage(storage(), s, st, offset(), dtype());
+  return Tensor::from_storage(t.storage(), s, st, t.offset(), t.dtype());
 }
 
-Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
-  std::vector<int64_t> p(static_cast<size_t>(dim()));
-  std::iota(p.begin(), p.end(), 0);
-  std::swap(p[static_cast<size_t>(wrap_dim(d0, dim()))], p[static_cast<size_t>(wrap_dim(d1, dim()))]);
-  return permute(p);
-}
-
-Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
-  d = wrap_dim(d, dim(), "slice dim");
+Tensor raw_slice(const Tensor& t, int64_t d, int64_t start, int64_t end, int64_t step) {
+  d = wrap_dim(d, t.dim(), "slice dim");
   MIXPREC_CHECK(step > 0, "slice: step must be positive, got ", step);
-  const int64_t n = shape()[static_cast<size_t>(d)];
+  const int64_t n = t.shape()[static_cast<size_t>(d)];
   auto clampi = [n](int64_t v) { return std::clamp(v < 0 ? v + n : v, int64_t{0}, n); };
   start = clampi(start);
   end = std::max(clampi(end), start);
-  Shape s = shape();
-  Strides st = strides();
+  Shape s = t.shape();
+  Strides st = t.strides();
   s[static_cast<size_t>(d)] = (end - start + step - 1) / step;
   st[static_cast<size_t>(d)] *= step;
-  return from_storage(storage(), s, st, offset() + start * strides()[static_cast<size_t>(d)],
-                      dtype());
+  return Tensor::from_storage(t.storage(), s, st,
+                              t.offset() + start * t.strides()[static_cast<size_t>(d)], t.dtype());
 }
 
-// ------------------------------------------------------------------ copies
-
-Tensor Tensor::contiguous() const {
-  return is_contiguous() ? *this : clone();
-}
-
-Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), {.dtype = dtype(), .device = device()});
-  detail::strided_copy(*this, out);
+Tensor raw_copy(const Tensor& t, DType dt) {
+  Tensor out = Tensor::empty(t.shape(), {.dtype = dt, .device = t.device()});
+  strided_copy(t, out);
   return out;
 }
 
-Tensor Tensor::astype(DType dt) const {
-  if (dt == dtype()) return *this;
-  Tensor out = empty(shape(), {.dtype = dt, .device = device()});
-  detail::strided_copy(*this, out);
-  return out;
+}  // namespace detail
+
+// ------------------------------------------------------------------ in-place writes
+
+static void check_inplace(const Tensor& t, const char* op) {
+  MIXPREC_CHECK(!(grad_enabled() && t.requires_grad()), op,
+                ": in-place write into a tensor that requires grad",
+                Hint{"wrap the update in NoGradGuard (optimizers do), or write into a detach()ed copy"});
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
   MIXPREC_CHECK(src.shape() == shape(), "copy_: expected a source of shape ", shape_str(shape()),
                 ", got ", shape_str(src.shape()));
   detail::strided_copy(src, *this);
@@ -270,6 +269,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
   // Convert once, then replicate the element bytes.
   alignas(8) unsigned char elem[8];
   convert_row(&value, DType::f64, elem, dtype(), 1);

@@ -1,0 +1,139 @@
+// The thread-local precision scope that op dispatch consults (AMP's mechanism; the amp layer
+// decides the policy: levels, lists, to_float, and wires the cast cache to optimizers).
+// A scope is pushed by RAII (AutocastScope) and restores the previous state when it ends; there
+// is no global AMP state. Also here: the per-op trace (which op ran in which dtype, in which
+// cell) that the precision table and the AMP tests read, and the cell-path stack cells push.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mixprec/ops/registry.h"
+#include "mixprec/tensor.h"
+
+namespace mixprec {
+
+enum class AmpLevel : uint8_t { O0, O1, O2, O3, auto_ };
+std::string_view amp_level_name(AmpLevel level);
+// "O0".."O3", "auto" (case-insensitive "o2" too); throws listing the valid levels otherwise.
+AmpLevel parse_amp_level(std::string_view s);
+
+// Low-precision copies of fp32 tensors (weights), keyed by storage id and checked against the
+// storage version, so an in-place change or an optimizer step invalidates the entry.
+// Entries marked persistent are the O2/O3 working copies the optimizer refreshes in its update
+// pass; the others live for one step (clear_step()).
+class CastCache {
+ public:
+  // The cached cast of `src` to `dtype`, or undefined if absent or stale.
+  Tensor lookup(const Tensor& src, DType dtype) const;
+  void store(const Tensor& src, const Tensor& low, bool persistent = false);
+  void clear_step();  // drops the non-persistent entries
+  void clear();
+  size_t size() const { return entries_.size(); }
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  struct Key {
+    uint64_t storage_id;
+    int64_t offset;
+    DType dtype;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>()(k.storage_id * 31 + static_cast<uint64_t>(k.offset) * 7 +
+                                   static_cast<uint64_t>(k.dtype));
+    }
+  };
+  struct Entry {
+    uint64_t version;
+    Shape shape;
+    Tensor low;
+    bool persistent;
+  };
+  std::unordered_map<Key, Entry, KeyHash> entries_;
+  mutable int64_t hits_ = 0;
+  mutable int64_t misses_ = 0;
+};
+
+// What ran: one record per op executed while a recorder is installed.
+struct OpRecord {
+  OpId op;
+  std::string cell_path;
+  std::vector<DType> input_dtypes;  // floating inputs, after autocast
+  DType compute_dtype;              // the dtype the arithmetic ran in
+  DType output_dtype;
+};
+
+struct AutocastState {
+  AmpLevel level = AmpLevel::O0;
+  DType low = DType::bf16;
+  // Set inside a cell with to_float(dtype): every floating input is cast to it (wins over lists).
+  std::optional<DType> forced;
+  // Norms (BatchNorm, LayerNorm) compute in fp32 even at O3 / inside forced-low cells when set.
+  bool keep_norm_fp32 = false;
+  // custom_mixed_precision: per-op policy overrides of the registry defaults.
+  std::array<std::optional<AmpPolicy>, kNumOps> policy_override{};
+  CastCache* cache = nullptr;  // weight cast cache, if any
+};
+
+// What autocast decided for one op call.
+struct CastDecision {
+  std::optional<DType> input;   // cast floating inputs to this
+  std::optional<DType> output;  // then cast the output to this
+  // Norms in fp32 with activations left in their (low) dtype: parameters, statistics and all
+  // arithmetic are fp32; input and output tensors keep the activation dtype.
+  bool norm_fp32_mixed_io = false;
+};
+
+const AutocastState& autocast_state();
+bool autocast_active();
+AmpPolicy effective_policy(OpId op);
+CastDecision autocast_decision(OpId op, const std::vector<DType>& float_input_dtypes);
+
+// Pushes a state for its lifetime. Nested scopes see the state of the innermost one.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const AutocastState& state);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  AutocastState prev_;
+};
+
+// Records every op executed on this thread into `out` while alive.
+class OpRecorder {
+ public:
+  explicit OpRecorder(std::vector<OpRecord>* out);
+  ~OpRecorder();
+  OpRecorder(const OpRecorder&) = delete;
+  OpRecorder& operator=(const OpRecorder&) = delete;
+
+ private:
+  std::vector<OpRecord>* prev_;
+};
+void record_op(OpRecord record);  // no-op without a recorder
+bool op_recording();
+
+// The path of the cell running now ("features.0"), maintained by nn::Cell.
+class CellPathScope {
+ public:
+  explicit CellPathScope(const std::string& name);
+  ~CellPathScope();
+  CellPathScope(const CellPathScope&) = delete;
+  CellPathScope& operator=(const CellPathScope&) = delete;
+
+ private:
+  size_t prev_size_;
+};
+const std::string& current_cell_path();
+
+}  // namespace mixprec

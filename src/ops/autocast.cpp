@@ -1,0 +1,143 @@
+// Autocast: the thread-local state, the per-op cast decision for each AMP level, the weight cast
+// cache, the op trace recorder and the cell-path stack. The decision table is DESIGN.md's
+// "AMP semantics"; tests/amp checks what actually ran against it.
+#include "mixprec/ops/autocast.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "mixprec/error.h"
+
+namespace mixprec {
+namespace {
+
+thread_local AutocastState t_state;
+thread_local std::vector<OpRecord>* t_recorder = nullptr;
+thread_local std::string t_cell_path;
+
+}  // namespace
+
+std::string_view amp_level_name(AmpLevel level) {
+  switch (level) {
+    case AmpLevel::O0: return "O0";
+    case AmpLevel::O1: return "O1";
+    case AmpLevel::O2: return "O2";
+    case AmpLevel::O3: return "O3";
+    case AmpLevel::auto_: return "auto";
+  }
+  return "?";
+}
+
+AmpLevel parse_amp_level(std::string_view s) {
+  std::string l(s);
+  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "o0") return AmpLevel::O0;
+  if (l == "o1") return AmpLevel::O1;
+  if (l == "o2") return AmpLevel::O2;
+  if (l == "o3") return AmpLevel::O3;
+  if (l == "auto") return AmpLevel::auto_;
+  MIXPREC_CHECK(false, "unknown amp_level '", s, "'; valid levels: O0, O1, O2, O3, auto",
+                Hint{"O0 is fp32; O2 (bf16/f16 except the black list, fp32 BatchNorm) is the "
+                     "usual choice"});
+  return AmpLevel::O0;
+}
+
+// ------------------------------------------------------------------ state and decisions
+
+const AutocastState& autocast_state() { return t_state; }
+
+bool autocast_active() { return t_state.level != AmpLevel::O0 || t_state.forced.has_value(); }
+
+AmpPolicy effective_policy(OpId op) {
+  const auto& o = t_state.policy_override[static_cast<size_t>(op)];
+  return o ? *o : op_info(op).policy;
+}
+
+CastDecision autocast_decision(OpId op, const std::vector<DType>& float_inputs) {
+  const AutocastState& s = t_state;
+  const OpInfo& info = op_info(op);
+  if (info.kind == OpKind::layout || float_inputs.empty()) return {};
+  const bool norm = info.kind == OpKind::norm;
+  const DType low = s.low;
+  if (s.forced) {
+    if (norm && s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
+    return {.input = *s.forced};
+  }
+  const AmpPolicy policy = effective_policy(op);
+  switch (s.level) {
+    case AmpLevel::O0:
+      return {};
+    case AmpLevel::O1:
+      if (policy == AmpPolicy::to_low) return {.input = low, .output = DType::f32};
+      return {};
+    case AmpLevel::O2:
+      if (norm) {
+        if (s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
+        return {.input = low};
+      }
+      if (policy == AmpPolicy::to_fp32) return {.input = DType::f32, .output = low};
+      return {.input = low};
+    case AmpLevel::O3:
+      if (norm && s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
+      return {.input = low};
+    case AmpLevel::auto_:
+      switch (policy) {
+        case AmpPolicy::to_low: return {.input = low};
+        case AmpPolicy::to_fp32: return {.input = DType::f32};
+        case AmpPolicy::promote: {
+          DType widest = float_inputs[0];
+          for (DType d : float_inputs) widest = promote(widest, d);
+          return {.input = widest};
+        }
+        case AmpPolicy::keep: return {};
+      }
+  }
+  return {};
+}
+
+AutocastScope::AutocastScope(const AutocastState& state) : prev_(t_state) { t_state = state; }
+AutocastScope::~AutocastScope() { t_state = prev_; }
+
+// ------------------------------------------------------------------ cast cache
+
+Tensor CastCache::lookup(const Tensor& src, DType dtype) const {
+  auto it = entries_.find(Key{src.storage()->id(), src.offset(), dtype});
+  if (it == entries_.end() || it->second.version != src.storage()->version() ||
+      it->second.shape != src.shape()) {
+    ++misses_;
+    return {};
+  }
+  ++hits_;
+  return it->second.low;
+}
+
+void CastCache::store(const Tensor& src, const Tensor& low, bool persistent) {
+  MIXPREC_ASSERT(low.shape() == src.shape(), "cast cache entry shape mismatch");
+  entries_[Key{src.storage()->id(), src.offset(), low.dtype()}] =
+      Entry{src.storage()->version(), src.shape(), low, persistent};
+}
+
+void CastCache::clear_step() {
+  std::erase_if(entries_, [](const auto& kv) { return !kv.second.persistent; });
+}
+
+void CastCache::clear() { entries_.clear(); }
+
+// ------------------------------------------------------------------ recorder and cell path
+
+OpRecorder::OpRecorder(std::vector<OpRecord>* out) : prev_(t_recorder) { t_recorder = out; }
+OpRecorder::~OpRecorder() { t_recorder = prev_; }
+bool op_recording() { return t_recorder != nullptr; }
+void record_op(OpRecord record) {
+  if (t_recorder) t_recorder->push_back(std::move(record));
+}
+
+CellPathScope::CellPathScope(const std::string& name) : prev_size_(t_cell_path.size()) {
+  if (name.empty()) return;
+  if (!t_cell_path.empty()) t_cell_path += '.';
+  t_cell_path += name;
+}
+CellPathScope::~CellPathScope() { t_cell_path.resize(prev_size_); }
+const std::string& current_cell_path() { return t_cell_path; }
+
+}  // namespace mixprec

@@ -1,0 +1,144 @@
+// The elementwise engine: out = f(in0, in1, ...) over broadcast, arbitrarily strided inputs of
+// any dtypes, into a new contiguous output. Dims are merged where every operand allows; the
+// inner run is processed in chunks of kChunk elements: inputs widened to the compute type (f32,
+// or f64 when any operand is f64) with the vectorised converters, f applied in a plain loop the
+// compiler vectorises, the result rounded once to the output dtype. Chunks are spread over
+// OpenMP threads; each output element is written by one thread, so results do not depend on
+// the thread count. This is both the reference and the CPU implementation of pointwise ops.
+#pragma once
+
+#include <array>
+#include <cstring>
+
+#include "mixprec/convert.h"
+#include "mixprec/tensor.h"
+#include "op_common.h"
+
+namespace mixprec::ops::detail {
+
+inline constexpr int64_t kChunk = 512;
+
+struct IterLayout {
+  Shape sizes;                      // merged dims of the output
+  std::array<Strides, 4> strides;  // per operand (0 = output), 0 on broadcast dims
+};
+
+// out_shape must be the broadcast of the input shapes.
+IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
+                            std::initializer_list<const Tensor*> inputs);
+
+// Loads n elements (stride in elements, 0 = broadcast) of dtype dt at p, widened to C.
+template <class C>
+void load_chunk(const char* p, DType dt, int64_t stride, int64_t n, C* dst) {
+  constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
+  if (stride == 1) {
+    convert_row(p, dt, dst, cdt, n);
+  } else if (stride == 0) {
+    C v;
+    convert_row(p, dt, &v, cdt, 1);
+    for (int64_t i = 0; i < n; ++i) dst[i] = v;
+  } else {
+    visit_dtype(dt, [&]<class T>() {
+      const T* t = reinterpret_cast<const T*>(p);
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (StorageFloat<T>) dst[i] = static_cast<C>(load(t[i * stride]));
+        else dst[i] = static_cast<C>(t[i * stride]);
+      }
+    });
+  }
+}
+
+template <class C, size_t N, class F>
+void run_elementwise(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f) {
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  IterLayout l;
+  if constexpr (N == 1) l = make_iter_layout(out.shape(), out, {ins[0]});
+  else if constexpr (N == 2) l = make_iter_layout(out.shape(), out, {ins[0], ins[1]});
+  else l = make_iter_layout(out.shape(), out, {ins[0], ins[1], ins[2]});
+  const int64_t nd = static_cast<int64_t>(l.sizes.size());
+  const int64_t inner = l.sizes[static_cast<size_t>(nd - 1)];
+  const int64_t outer = numel / inner;
+  const int64_t chunks_per_row = (inner + kChunk - 1) / kChunk;
+  const int64_t tasks = outer * chunks_per_row;
+  constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
+  char* obase = static_cast<char*>(out.data_ptr());
+  const int64_t oes = static_cast<int64_t>(out.itemsize());
+  std::array<const char*, N> ibase;
+  std::array<int64_t, N> ies;
+  for (size_t k = 0; k < N; ++k) {
+    ibase[k] = static_cast<const char*>(ins[k]->data_ptr());
+    ies[k] = static_cast<int64_t>(ins[k]->itemsize());
+  }
+  const DType odt = out.dtype();
+#pragma omp parallel if (numel >= 32768)
+  {
+    alignas(64) C buf[N][kChunk];
+    alignas(64) C res[kChunk];
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t o = task / chunks_per_row;
+      const int64_t start = (task % chunks_per_row) * kChunk;
+      const int64_t n = std::min(kChunk, inner - start);
+      std::array<int64_t, N + 1> off{};
+      int64_t rem = o;
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        const int64_t idx = rem % l.sizes[static_cast<size_t>(d)];
+        rem /= l.sizes[static_cast<size_t>(d)];
+        for (size_t k = 0; k <= N; ++k) off[k] += idx * l.strides[k][static_cast<size_t>(d)];
+      }
+      for (size_t k = 0; k < N; ++k) {
+        const int64_t st = l.strides[k + 1][static_cast<size_t>(nd - 1)];
+        load_chunk<C>(ibase[k] + (off[k + 1] + start * st) * ies[k], ins[k]->dtype(), st, n, buf[k]);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (N == 1) res[i] = f(buf[0][i]);
+        else if constexpr (N == 2) res[i] = f(buf[0][i], buf[1][i]);
+        else res[i] = f(buf[0][i], buf[1][i], buf[2][i]);
+      }
+      // The output is contiguous and freshly allocated: its inner stride is 1.
+      convert_row(res, cdt, obase + (off[0] + start) * oes, odt, n);
+    }
+  }
+}
+
+inline bool any_f64(std::initializer_list<DType> ds) {
+  for (DType d : ds)
+    if (d == DType::f64) return true;
+  return false;
+}
+
+// out[i] = f(x[i]) into a new tensor of dtype out_dtype.
+template <class F>
+Tensor map1(const Tensor& x, DType out_dtype, F&& f) {
+  Tensor out = Tensor::empty(x.shape(), {.dtype = out_dtype, .device = x.device()});
+  std::array<const Tensor*, 1> ins{&x};
+  if (any_f64({x.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
+  else run_elementwise<float>(out, ins, f);
+  return out;
+}
+
+// Broadcasting binary map.
+template <class F>
+Tensor map2(const Tensor& a, const Tensor& b, DType out_dtype, F&& f, std::string_view op = "map2") {
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out = Tensor::empty(shape, {.dtype = out_dtype, .device = a.device()});
+  std::array<const Tensor*, 2> ins{&a, &b};
+  if (any_f64({a.dtype(), b.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
+  else run_elementwise<float>(out, ins, f);
+  return out;
+}
+
+// Broadcasting ternary map (where).
+template <class F>
+Tensor map3(const Tensor& a, const Tensor& b, const Tensor& c, DType out_dtype, F&& f,
+            std::string_view op = "map3") {
+  const Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
+  Tensor out = Tensor::empty(shape, {.dtype = out_dtype, .device = a.device()});
+  std::array<const Tensor*, 3> ins{&a, &b, &c};
+  if (any_f64({a.dtype(), b.dtype(), c.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
+  else run_elementwise<float>(out, ins, f);
+  return out;
+}
+
+}  // namespace mixprec::ops::detail

@@ -1,0 +1,44 @@
+// What every op wrapper does around its kernel: autocast the floating inputs (through the
+// weight cast cache for parameters), cast and record the output, and record the autograd node.
+// Op files use these so that AMP, tracing and autograd behave the same for every op.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "mixprec/graph.h"
+#include "mixprec/ops/autocast.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::ops::detail {
+
+struct Prepared {
+  std::vector<Tensor> in;  // inputs after autocast (same order; undefined stay undefined)
+  CastDecision decision;
+};
+
+// Applies autocast to the floating inputs (integer/bool inputs and undefined ones pass through).
+Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs);
+
+// Applies the decision's output cast and records the op if a recorder is installed.
+Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype);
+
+// Creates a node for `op` whose edges follow `diff_inputs` (undefined or non-requiring inputs
+// give invalid edges, whose gradients are ignored), and attaches it to `out`.
+void record(OpId op, const std::vector<Tensor>& diff_inputs, Tensor& out, BackwardFn backward,
+            bool accepts_any_grad_dtype = false);
+void record(OpId op, const std::vector<Tensor>& diff_inputs, std::vector<Tensor>& outs,
+            BackwardFn backward);
+
+// The shape numpy broadcasting gives a and b; throws naming op if incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+// Sums `grad` over the broadcast dims so that it has `shape` (the reverse of broadcasting).
+Tensor reduce_to_shape(const Tensor& grad, const Shape& shape);
+
+// "bf16[2, 3]" for verbose logs and errors.
+std::string desc(const Tensor& t);
+void check_same_device(std::string_view op, std::initializer_list<const Tensor*> ts);
+void check_floating(std::string_view op, const Tensor& t, std::string_view what);
+
+}  // namespace mixprec::ops::detail

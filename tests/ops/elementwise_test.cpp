@@ -1,0 +1,176 @@
+// Pointwise ops: hand-computed values, forward in f32/f16/bf16 against the f64 oracle, f64
+// gradient checks, broadcasting and non-contiguous inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "op_test_util.h"
+
+namespace mixprec {
+namespace {
+using testing::gradcheck;
+using testing::matches_f64_in_all_dtypes;
+using testing::random;
+using V = std::vector<Tensor>;
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> fn;
+  double lo, hi;
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return ops::neg(x); }, -2, 2},
+      {"exp", [](const Tensor& x) { return ops::exp(x); }, -2, 2},
+      {"log", [](const Tensor& x) { return ops::log(x); }, 0.5, 3},
+      {"sqrt", [](const Tensor& x) { return ops::sqrt(x); }, 0.5, 3},
+      {"rsqrt", [](const Tensor& x) { return ops::rsqrt(x); }, 0.5, 3},
+      {"abs", [](const Tensor& x) { return ops::abs(x); }, -2, 2},
+      {"relu", [](const Tensor& x) { return ops::relu(x); }, -2, 2},
+      {"leaky_relu", [](const Tensor& x) { return ops::leaky_relu(x, 0.1); }, -2, 2},
+      {"gelu_erf", [](const Tensor& x) { return ops::gelu(x); }, -3, 3},
+      {"gelu_tanh", [](const Tensor& x) { return ops::gelu(x, ops::GeluApproximation::tanh); }, -3, 3},
+      {"sigmoid", [](const Tensor& x) { return ops::sigmoid(x); }, -4, 4},
+      {"tanh", [](const Tensor& x) { return ops::tanh(x); }, -3, 3},
+      {"silu", [](const Tensor& x) { return ops::silu(x); }, -3, 3},
+      {"clamp", [](const Tensor& x) { return ops::clamp(x, -0.5, 0.7); }, -2, 2},
+      {"pow_scalar", [](const Tensor& x) { return ops::pow(x, 3.0); }, -2, 2},
+      {"add_scalar", [](const Tensor& x) { return ops::add(x, 1.5); }, -2, 2},
+      {"mul_scalar", [](const Tensor& x) { return ops::mul(x, -2.5); }, -2, 2},
+  };
+}
+
+TEST(Unary, HandComputedValues) {
+  const Tensor x = Tensor::from_vector<float>({-2.0f, -0.5f, 0.0f, 1.0f}, {4});
+  EXPECT_EQ(ops::relu(x).to_vector<float>(), (std::vector<float>{0, 0, 0, 1}));
+  EXPECT_EQ(ops::abs(x).to_vector<float>(), (std::vector<float>{2, 0.5f, 0, 1}));
+  EXPECT_EQ(ops::leaky_relu(x, 0.5).to_vector<float>(), (std::vector<float>{-1, -0.25f, 0, 1}));
+  EXPECT_EQ(ops::clamp(x, -1.0, 0.5).to_vector<float>(), (std::vector<float>{-1, -0.5f, 0, 0.5f}));
+  EXPECT_FLOAT_EQ(static_cast<float>(ops::gelu(x).at({3})), 0.8413447f);
+  EXPECT_FLOAT_EQ(static_cast<float>(ops::gelu(x, ops::GeluApproximation::tanh).at({3})), 0.8411920f);
+  EXPECT_FLOAT_EQ(static_cast<float>(ops::sigmoid(x).at({2})), 0.5f);
+  EXPECT_FLOAT_EQ(static_cast<float>(ops::silu(x).at({3})), 0.7310586f);
+  EXPECT_FLOAT_EQ(static_cast<float>(ops::exp(x).at({3})), std::exp(1.0f));
+}
+
+TEST(Unary, ForwardMatchesF64InEveryDtype) {
+  for (const auto& c : unary_cases()) {
+    const Tensor x = random({257}, 11, DType::f64, c.lo, c.hi);
+    EXPECT_TRUE(matches_f64_in_all_dtypes([&](const V& in) { return c.fn(in[0]); }, {x})) << c.name;
+  }
+}
+
+TEST(Unary, GradCheck) {
+  for (const auto& c : unary_cases()) {
+    Tensor x = random({3, 5}, 12, DType::f64, c.lo, c.hi);
+    // Keep kinks away from finite-difference steps.
+    if (std::string(c.name) == "abs" || std::string(c.name).find("relu") != std::string::npos ||
+        std::string(c.name) == "clamp") {
+      x = ops::add(x, ops::mul(ops::abs(x), 0.0)).detach();
+      auto v = x.to_vector<double>();
+      for (double& e : v)
+        if (std::fabs(e) < 1e-3 || std::fabs(e + 0.5) < 1e-3 || std::fabs(e - 0.7) < 1e-3) e += 0.01;
+      x = Tensor::from_vector<double>(v, x.shape());
+    }
+    EXPECT_TRUE(gradcheck([&](const V& in) { return c.fn(in[0]); }, {x})) << c.name;
+  }
+}
+
+TEST(Unary, NonContiguousInput) {
+  const Tensor x = random({6, 4}, 13, DType::f32).transpose(0, 1);
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_TRUE(testing::all_close(ops::exp(x), ops::exp(x.contiguous())));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::tanh(in[0].transpose(0, 1)); }, {random({3, 2}, 14)}));
+}
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> fn;
+  double lo, hi;
+};
+
+std::vector<BinaryCase> binary_cases() {
+  return {
+      {"add", [](const Tensor& a, const Tensor& b) { return ops::add(a, b); }, -2, 2},
+      {"sub", [](const Tensor& a, const Tensor& b) { return ops::sub(a, b); }, -2, 2},
+      {"mul", [](const Tensor& a, const Tensor& b) { return ops::mul(a, b); }, -2, 2},
+      {"div", [](const Tensor& a, const Tensor& b) { return ops::div(a, b); }, 0.5, 2},
+      {"pow", [](const Tensor& a, const Tensor& b) { return ops::pow(a, b); }, 0.5, 2},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return ops::maximum(a, b); }, -2, 2},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return ops::minimum(a, b); }, -2, 2},
+  };
+}
+
+TEST(Binary, ForwardMatchesF64InEveryDtypeWithBroadcasting) {
+  for (const auto& c : binary_cases()) {
+    const Tensor a = random({4, 1, 5}, 21, DType::f64, c.lo, c.hi);
+    const Tensor b = random({3, 1}, 22, DType::f64, c.lo, c.hi);
+    EXPECT_TRUE(matches_f64_in_all_dtypes([&](const V& in) { return c.fn(in[0], in[1]); }, {a, b}))
+        << c.name;
+    EXPECT_EQ(c.fn(a, b).shape(), (Shape{4, 3, 5}));
+  }
+}
+
+TEST(Binary, GradCheckWithBroadcasting) {
+  for (const auto& c : binary_cases()) {
+    EXPECT_TRUE(gradcheck([&](const V& in) { return c.fn(in[0], in[1]); },
+                          {random({2, 1, 3}, 31, DType::f64, c.lo, c.hi),
+                           random({4, 1}, 32, DType::f64, c.lo + 0.01, c.hi + 0.01)}))
+        << c.name;
+  }
+}
+
+TEST(Binary, MixedDtypesPromote) {
+  const Tensor a = random({3}, 41, DType::bf16);
+  const Tensor b = random({3}, 42, DType::f32);
+  EXPECT_EQ(ops::add(a, b).dtype(), DType::f32);
+  EXPECT_EQ(ops::add(a, a).dtype(), DType::bf16);
+  EXPECT_EQ(ops::mul(a, random({3}, 43, DType::f16)).dtype(), DType::f32);
+  EXPECT_THROW(ops::add(random({3}, 1), random({4}, 2)), Error);
+  EXPECT_THROW(ops::add(random({3}, 1), Tensor::from_vector<int64_t>({1, 2, 3}, {3})), Error);
+}
+
+TEST(Binary, F16OverflowsToInfLikeAnAccelerator) {
+  const Tensor a = Tensor::from_vector<float>({60000.0f, 1.0f}, {2}).astype(DType::f16);
+  const Tensor s = ops::add(a, a);
+  EXPECT_TRUE(std::isinf(s.at({0})));
+  EXPECT_EQ(s.at({1}), 2.0);
+  EXPECT_EQ(ops::mul(a, 2.0).dtype(), DType::f16);
+  EXPECT_TRUE(std::isinf(ops::mul(a, 2.0).at({0})));
+}
+
+TEST(Where, SelectsAndRoutesGradients) {
+  const Tensor cond = Tensor::from_vector<uint8_t>({1, 0, 1}, {3}).astype(DType::boolean);
+  Tensor a = Tensor::from_vector<float>({1, 2, 3}, {3}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector<float>({10, 20, 30}, {3}).set_requires_grad(true);
+  Tensor y = ops::where(cond, a, b);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 20, 3}));
+  ops::sum(y).backward();
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{1, 0, 1}));
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{0, 1, 0}));
+  EXPECT_TRUE(gradcheck([&](const V& in) { return ops::where(cond, in[0], in[1]); },
+                        {random({2, 3}, 51), random({3}, 52)}));
+}
+
+TEST(MaskedFill, FillsAndBlocksGradient) {
+  const Tensor mask = Tensor::from_vector<uint8_t>({0, 1}, {1, 2});
+  Tensor x = ones({2, 2}).set_requires_grad(true);
+  Tensor y = ops::masked_fill(x, mask, -1e9);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, -1e9f, 1, -1e9f}));
+  ops::sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 0, 1, 0}));
+  EXPECT_TRUE(gradcheck([&](const V& in) { return ops::masked_fill(in[0], mask, 2.0); }, {random({3, 2}, 53)}));
+}
+
+TEST(Operators, ArithmeticOnTensors) {
+  const Tensor a = Tensor::from_vector<float>({1, 2}, {2});
+  const Tensor b = Tensor::from_vector<float>({4, 8}, {2});
+  EXPECT_EQ((a + b).to_vector<float>(), (std::vector<float>{5, 10}));
+  EXPECT_EQ((b / a - 1.0).to_vector<float>(), (std::vector<float>{3, 3}));
+  EXPECT_EQ((-a * 2.0).to_vector<float>(), (std::vector<float>{-2, -4}));
+  EXPECT_EQ((0.5 * b / 2.0).to_vector<float>(), (std::vector<float>{1, 2}));
+}
+
+}  // namespace
+}  // namespace mixprec
