@@ -7,6 +7,8 @@ namespace mixprec::ops::detail {
 
 Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   Prepared p;
+  if (op_recording())
+    for (const Tensor& t : inputs) p.is_param.push_back(t.defined() && t.is_leaf() && t.requires_grad());
   if (!autocast_active()) {
     p.in = std::move(inputs);
     return p;
@@ -28,9 +30,13 @@ Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype) {
   if (p.decision.output && is_floating(out.dtype()) && out.dtype() != *p.decision.output)
     out = cast(out, *p.decision.output);
   if (op_recording()) {
-    OpRecord r{op, current_cell_path(), {}, compute_dtype, out.dtype()};
-    for (const Tensor& t : p.in)
-      if (t.defined() && is_floating(t.dtype())) r.input_dtypes.push_back(t.dtype());
+    OpRecord r{op, current_cell_path(), {}, {}, compute_dtype, out.dtype()};
+    for (size_t i = 0; i < p.in.size(); ++i) {
+      const Tensor& t = p.in[i];
+      if (!t.defined() || !is_floating(t.dtype())) continue;
+      r.input_dtypes.push_back(t.dtype());
+      if (i < p.is_param.size() && p.is_param[i]) r.weight_dtypes.push_back(t.dtype());
+    }
     record_op(std::move(r));
   }
   return out;

@@ -16,6 +16,7 @@ namespace mixprec::ops::detail {
 struct Prepared {
   std::vector<Tensor> in;  // inputs after autocast (same order; undefined stay undefined)
   CastDecision decision;
+  std::vector<bool> is_param;  // input i was a parameter (a leaf that requires grad)
 };
 
 // Applies autocast to the floating inputs (integer/bool inputs and undefined ones pass through).

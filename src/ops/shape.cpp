@@ -192,9 +192,9 @@ Tensor cast(const Tensor& x, DType dtype) {
   MIXPREC_CHECK(!x.requires_grad() || is_floating(dtype), "cast: cannot cast a tensor that "
                 "requires grad to the non-floating dtype ", dtype_name(dtype),
                 Hint{"detach() it first"});
-  // Fp32 leaves (weights) under autocast go through the weight cast cache.
+  // Leaves that require grad (weights) under autocast go through the weight cast cache.
   CastCache* cache = autocast_state().cache;
-  const bool cacheable = cache && x.is_leaf() && x.requires_grad() && grad_enabled();
+  const bool cacheable = cache && x.is_leaf() && x.requires_grad();
   Tensor out;
   if (cacheable) {
     Tensor hit = cache->lookup(x, dtype);
@@ -211,7 +211,7 @@ Tensor cast(const Tensor& x, DType dtype) {
     }, /*accepts_any_grad_dtype=*/true);
   }
   if (op_recording())
-    record_op(OpRecord{OpId::cast, current_cell_path(), {x.dtype()}, dtype, dtype});
+    record_op(OpRecord{OpId::cast, current_cell_path(), {x.dtype()}, {}, dtype, dtype});
   return out;
 }
 

@@ -67,6 +67,7 @@ struct OpRecord {
   OpId op;
   std::string cell_path;
   std::vector<DType> input_dtypes;  // floating inputs, after autocast
+  std::vector<DType> weight_dtypes; // the subset that are parameters (leaves requiring grad)
   DType compute_dtype;              // the dtype the arithmetic ran in
   DType output_dtype;
 };

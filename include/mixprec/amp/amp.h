@@ -1,0 +1,128 @@
+// Automatic mixed precision, the seed's mindspore.amp in C++: levels O0-O3 and auto, the white
+// and black lists, auto_mixed_precision / custom_mixed_precision, build_train_network with
+// MindSpore's per-level defaults, the train-one-step cell that scales the loss, unscales and
+// checks the gradients in one pass and skips overflowing updates, and the precision table of
+// what actually ran. The mechanism (thread-local autocast consulted by every op) lives in
+// ops/autocast.h; this layer sets the policy.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mixprec/amp/loss_scale.h"
+#include "mixprec/nn/cell.h"
+#include "mixprec/ops/autocast.h"
+#include "mixprec/optim/optimizer.h"
+
+namespace mixprec::amp {
+
+using Level = AmpLevel;
+using mixprec::parse_amp_level;
+
+// The low dtype when none is given: bf16 on the CPU (its fast type), f16 on CUDA.
+DType default_low_dtype(Device device = Device::cpu());
+
+// Op names cast to low precision at O1 / auto (conv, matmul/dense, ReLU) and kept in fp32 at O2
+// / auto (norms, softmax, log-softmax, exp/log/pow, reductions, losses).
+std::vector<std::string> get_white_list();
+std::vector<std::string> get_black_list();
+
+// Sets `network`'s AMP configuration for `level` (MindSpore's auto_mixed_precision): O1 casts
+// white-list ops to `dtype` and their outputs back to fp32; O2 runs everything but the black
+// list in `dtype` with BatchNorm/LayerNorm in fp32; O3 runs everything in `dtype`; auto is
+// op-level autocast. The network's output is cast to fp32 at O1-O3.
+void auto_mixed_precision(nn::Cell& network, std::string_view level, DType dtype = DType::bf16);
+void auto_mixed_precision(nn::Cell& network, Level level, DType dtype = DType::bf16,
+                          std::optional<bool> keep_batchnorm_fp32 = std::nullopt);
+
+// Exactly one list: white_list behaves like O1 with these ops, black_list like O2 with these
+// ops in fp32. Names are op names (conv2d, linear, matmul, batch_norm, softmax...) or MindSpore
+// cell names (Conv2d, Dense, BatchNorm2d, LayerNorm, Softmax, ReLU...).
+struct CustomLists {
+  std::vector<std::string> white_list;
+  std::vector<std::string> black_list;
+};
+void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType dtype = DType::bf16);
+
+// ---------------------------------------------------------------- the train step
+
+struct StepInfo {
+  int64_t step = 0;          // attempted steps so far (applied + skipped)
+  double loss = 0.0;         // the unscaled fp32 loss
+  bool loss_finite = true;   // false: NaN/inf already in the forward pass
+  bool overflow = false;     // some gradient (or the loss) was not finite
+  bool skipped = false;      // the update was not applied
+  double loss_scale = 1.0;   // the scale used for this step
+  double lr = 0.0;           // the learning rate of this step
+  double grad_norm = -1.0;   // global norm after unscaling, when clipping is on
+};
+
+struct TrainStepOptions {
+  double max_grad_norm = 0.0;   // > 0: clip by global norm (after unscaling)
+  int accumulation_steps = 1;   // micro-batches per update (unscaled once, at the boundary)
+};
+
+// network_with_loss(data, label) -> scalar loss; one call = one micro-batch.
+class TrainOneStepCell : public nn::Cell {
+ public:
+  TrainOneStepCell(nn::Cell& network_with_loss, optim::Optimizer& optimizer,
+                   std::shared_ptr<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
+  // Runs forward, backward, unscale + check, and (unless skipped) the optimizer. Returns the
+  // unscaled loss.
+  Tensor construct(const Tensor& data, const Tensor& label) override;
+  std::string type_name() const override { return "TrainOneStepCell"; }
+  const StepInfo& last_step() const { return last_; }
+  LossScaleManager* loss_scale_manager() const { return manager_.get(); }
+  optim::Optimizer& optimizer() const { return optimizer_; }
+  nn::Cell& network() const { return network_; }
+  int64_t skipped_steps() const { return skipped_; }
+  void take_ownership(std::shared_ptr<nn::Cell> cell) { owned_.push_back(std::move(cell)); }
+
+ private:
+  nn::Cell& network_;
+  optim::Optimizer& optimizer_;
+  std::shared_ptr<LossScaleManager> manager_;
+  TrainStepOptions options_;
+  std::vector<Tensor> accumulated_;
+  int micro_ = 0;
+  int64_t attempted_ = 0;
+  int64_t skipped_ = 0;
+  StepInfo last_;
+  std::vector<std::shared_ptr<nn::Cell>> owned_;
+};
+
+struct BuildOptions {
+  std::optional<bool> keep_batchnorm_fp32;  // level default: true at O2, false otherwise
+  // The low dtype (f16 or bf16; default bf16 on CPU). f32 turns the level's casts off.
+  std::optional<DType> cast_model_type;
+  // Level default when not set: DynamicLossScaleManager(2^24, 2, 2000) at O2, none otherwise.
+  // Set to nullptr explicitly for no loss scaling.
+  std::optional<std::shared_ptr<LossScaleManager>> loss_scale_manager;
+  TrainStepOptions step;
+};
+
+// MindSpore's amp.build_train_network: applies the level to `network`, wraps it with the loss
+// (casting the output, and a floating label, to fp32 at O1-O3), attaches fp32-master/low-copy
+// weights to the optimizer at O2/O3, and returns the train-step cell.
+std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::Optimizer& optimizer,
+                                                      nn::Cell& loss_fn, std::string_view level,
+                                                      BuildOptions options = {});
+
+// ---------------------------------------------------------------- precision table
+
+struct PrecisionRow {
+  std::string cell;            // path, e.g. "features.0"
+  std::string type;            // "Conv2d"
+  std::vector<std::string> ops;
+  std::string compute;         // dtypes the arithmetic ran in ("bf16", "f32", "bf16+f32")
+  std::string weights;         // dtypes the parameters were used in ("-" if none)
+  std::string output;          // dtype of the cell's last op output
+};
+
+// Runs `network` once on `sample` (no grad) and reports, per cell, what actually executed.
+std::vector<PrecisionRow> precision_table(nn::Cell& network, const Tensor& sample);
+std::string format_precision_table(const std::vector<PrecisionRow>& rows);
+
+}  // namespace mixprec::amp

@@ -1,0 +1,141 @@
+// Loss scaling (DESIGN.md "Loss scaling"): the managers the Model/train-step route uses
+// (FixedLossScaleManager, DynamicLossScaleManager), the functional scalers of the seed's custom
+// loop (StaticLossScaler, DynamicLossScaler with scale/unscale/adjust), all_finite, and the fused
+// pass that unscales every gradient and detects inf/NaN in one sweep (inverse scale computed in
+// f64, applied in f32). Managers are small, fully tested state machines; their state is plain
+// data so checkpoints can save and restore it exactly.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mixprec/tensor.h"
+
+namespace mixprec::amp {
+
+// ---------------------------------------------------------------- fused unscale + check
+
+// Multiplies every gradient by 1/scale in place (skipped when scale == 1) and returns true if
+// all values are finite. One pass over each tensor; f32, f16 and bf16 gradients; contiguous or
+// not. Non-finite values are left as they are (the step is skipped anyway).
+bool unscale_and_check(const std::vector<Tensor>& grads, double scale);
+// True if every element of every tensor is finite (MindSpore's amp.all_finite).
+bool all_finite(const std::vector<Tensor>& tensors);
+
+// ---------------------------------------------------------------- managers (Model route)
+
+struct LossScaleState {
+  double scale = 1.0;
+  int64_t good_steps = 0;             // consecutive clean steps since the last change
+  int64_t consecutive_overflows = 0;
+  int64_t total_overflows = 0;
+};
+
+class LossScaleManager {
+ public:
+  virtual ~LossScaleManager() = default;
+  double get_loss_scale() const { return state_.scale; }
+  // true: an overflowing step is skipped (its update dropped).
+  virtual bool get_drop_overflow_update() const = 0;
+  // Records the outcome of a step and adapts the scale. Throws after too many consecutive
+  // overflows; `loss_finite` tells a forward-pass NaN/inf apart from gradient overflow.
+  virtual void update_loss_scale(bool overflow, bool loss_finite = true) = 0;
+  virtual std::string description() const = 0;
+  const LossScaleState& state() const { return state_; }
+  void set_state(const LossScaleState& s) { state_ = s; }
+  // Stop with an error after this many overflows in a row (DESIGN.md: 1000).
+  int64_t max_consecutive_overflows = 1000;
+
+ protected:
+  void count(bool overflow, bool loss_finite);
+  LossScaleState state_;
+};
+
+struct FixedLossScaleOptions {
+  bool drop_overflow_update = true;
+};
+
+// Scales by a constant. drop_overflow_update=true skips an overflowing update; false applies it
+// anyway (MindSpore's meaning) and the train step logs a warning naming the step.
+class FixedLossScaleManager : public LossScaleManager {
+ public:
+  explicit FixedLossScaleManager(double loss_scale = 128.0, FixedLossScaleOptions options = {});
+  bool get_drop_overflow_update() const override { return drop_; }
+  void update_loss_scale(bool overflow, bool loss_finite = true) override;
+  std::string description() const override;
+
+ private:
+  bool drop_;
+};
+
+struct DynamicLossScaleOptions {
+  double min_scale = 1.0;  // MindSpore floors at 1
+  double max_scale = std::numeric_limits<double>::max();
+};
+
+// On overflow: skip, scale = max(scale / factor, min_scale). After `window` consecutive clean
+// steps: scale *= factor if the result is finite and <= max_scale.
+class DynamicLossScaleManager : public LossScaleManager {
+ public:
+  explicit DynamicLossScaleManager(double init_loss_scale = 16777216.0, double scale_factor = 2.0,
+                                   int64_t scale_window = 2000, DynamicLossScaleOptions options = {});
+  // PyTorch GradScaler's defaults: 2^16, growth 2, backoff 0.5, interval 2000, no floor.
+  static std::shared_ptr<DynamicLossScaleManager> pytorch_defaults();
+  bool get_drop_overflow_update() const override { return true; }
+  void update_loss_scale(bool overflow, bool loss_finite = true) override;
+  std::string description() const override;
+  double scale_factor() const { return factor_; }
+  int64_t scale_window() const { return window_; }
+
+ private:
+  double factor_;
+  int64_t window_;
+  DynamicLossScaleOptions options_;
+};
+
+// ---------------------------------------------------------------- functional scalers (seed)
+
+class LossScaler {
+ public:
+  virtual ~LossScaler() = default;
+  // loss * scale (differentiable: scale the loss inside the forward function).
+  Tensor scale(const Tensor& loss) const;
+  // grads / scale, as new tensors.
+  std::vector<Tensor> unscale(const std::vector<Tensor>& grads) const;
+  // Same, in place and fused with the finite check; returns all_finite.
+  bool unscale_(const std::vector<Tensor>& grads) const;
+  // Adapts the scale after a step (no-op for the static scaler).
+  virtual void adjust(bool grads_finite) = 0;
+  double scale_value() const { return scale_; }
+  void set_scale_value(double s) { scale_ = s; }
+
+ protected:
+  explicit LossScaler(double s) : scale_(s) {}
+  double scale_;
+};
+
+class StaticLossScaler : public LossScaler {
+ public:
+  explicit StaticLossScaler(double scale_value);
+  void adjust(bool) override {}
+};
+
+// MindSpore's amp.DynamicLossScaler: adjust(finite) grows the scale by scale_factor after
+// scale_window clean steps (if finite) and on overflow divides it (floor 1).
+class DynamicLossScaler : public LossScaler {
+ public:
+  DynamicLossScaler(double scale_value, double scale_factor, int64_t scale_window);
+  void adjust(bool grads_finite) override;
+  int64_t counter() const { return counter_; }
+  void set_counter(int64_t c) { counter_ = c; }
+
+ private:
+  double factor_;
+  int64_t window_;
+  int64_t counter_ = 0;
+};
+
+}  // namespace mixprec::amp

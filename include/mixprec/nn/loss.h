@@ -1,0 +1,73 @@
+// Loss cells (MindSpore names): SoftmaxCrossEntropyWithLogits, MSELoss, NLLLoss, and
+// WithLossCell, which joins a backbone and a loss into one cell taking (data, label).
+// Losses compute in fp32 (ops/ops.h); AMP's cast of the network output to fp32 before the loss
+// is done by the amp layer's wrapper, not here.
+#pragma once
+
+#include "mixprec/nn/cell.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::nn {
+
+using ops::Reduction;
+
+struct SoftmaxCrossEntropyOptions {
+  bool sparse = false;                  // labels are class indices
+  Reduction reduction = Reduction::none;  // MindSpore's default
+};
+
+class SoftmaxCrossEntropyWithLogits : public Cell {
+ public:
+  explicit SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyOptions options = {}) : options_(options) {}
+  Tensor construct(const Tensor& logits, const Tensor& labels) override {
+    return ops::softmax_cross_entropy(logits, labels, {.sparse = options_.sparse, .reduction = options_.reduction});
+  }
+  std::string type_name() const override { return "SoftmaxCrossEntropyWithLogits"; }
+
+ private:
+  SoftmaxCrossEntropyOptions options_;
+};
+
+class MSELoss : public Cell {
+ public:
+  explicit MSELoss(Reduction reduction = Reduction::mean) : reduction_(reduction) {}
+  Tensor construct(const Tensor& prediction, const Tensor& target) override {
+    return ops::mse_loss(prediction, target, reduction_);
+  }
+  std::string type_name() const override { return "MSELoss"; }
+
+ private:
+  Reduction reduction_;
+};
+
+class NLLLoss : public Cell {
+ public:
+  explicit NLLLoss(Reduction reduction = Reduction::mean) : reduction_(reduction) {}
+  Tensor construct(const Tensor& log_probs, const Tensor& labels) override {
+    return ops::nll_loss(log_probs, labels, reduction_);
+  }
+  std::string type_name() const override { return "NLLLoss"; }
+
+ private:
+  Reduction reduction_;
+};
+
+// loss_fn(backbone(data), label). Does not own either cell.
+class WithLossCell : public Cell {
+ public:
+  WithLossCell(Cell& backbone, Cell& loss_fn) : backbone_(backbone), loss_fn_(loss_fn) {
+    register_cell("backbone", backbone);
+    register_cell("loss_fn", loss_fn);
+  }
+  Tensor construct(const Tensor& data, const Tensor& label) override {
+    return loss_fn_(backbone_(data), label);
+  }
+  std::string type_name() const override { return "WithLossCell"; }
+  Cell& backbone() { return backbone_; }
+
+ private:
+  Cell& backbone_;
+  Cell& loss_fn_;
+};
+
+}  // namespace mixprec::nn

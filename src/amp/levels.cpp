@@ -1,0 +1,100 @@
+// AMP levels and lists: what auto_mixed_precision and custom_mixed_precision set on a network.
+// The lists are the registry's policy column (ops/registry.h); names accepted from users are op
+// names or MindSpore cell names.
+#include <algorithm>
+#include <cctype>
+
+#include "mixprec/amp/amp.h"
+#include "mixprec/error.h"
+
+namespace mixprec::amp {
+
+DType default_low_dtype(Device device) { return device.is_cuda() ? DType::f16 : DType::bf16; }
+
+static std::vector<std::string> names_with_policy(AmpPolicy policy) {
+  std::vector<std::string> out;
+  for (const OpInfo& info : kOps)
+    if (info.policy == policy && info.kind != OpKind::layout) out.emplace_back(info.name);
+  return out;
+}
+
+std::vector<std::string> get_white_list() { return names_with_policy(AmpPolicy::to_low); }
+std::vector<std::string> get_black_list() { return names_with_policy(AmpPolicy::to_fp32); }
+
+static void check_low(DType dtype, const char* who) {
+  MIXPREC_CHECK(is_low_precision(dtype) || dtype == DType::f32, who,
+                ": the low-precision dtype must be f16 or bf16 (or f32 to disable), got ", dtype_name(dtype));
+}
+
+void auto_mixed_precision(nn::Cell& network, Level level, DType dtype, std::optional<bool> keep_bn) {
+  check_low(dtype, "auto_mixed_precision");
+  if (level == Level::O0 || dtype == DType::f32) {
+    network.set_amp_config(std::nullopt);
+    return;
+  }
+  nn::AmpConfig config;
+  config.state.level = level;
+  config.state.low = dtype;
+  config.state.keep_norm_fp32 = keep_bn.value_or(level == Level::O2);
+  config.cache = std::make_shared<CastCache>();
+  config.state.cache = config.cache.get();
+  config.cast_output_to_fp32 = level != Level::auto_;
+  network.set_amp_config(std::move(config));
+}
+
+void auto_mixed_precision(nn::Cell& network, std::string_view level, DType dtype) {
+  auto_mixed_precision(network, parse_amp_level(level), dtype);
+}
+
+// Op or MindSpore cell name -> op id.
+static OpId resolve_op(const std::string& name) {
+  static const std::pair<const char*, OpId> kCellNames[] = {
+      {"conv2d", OpId::conv2d},           {"dense", OpId::linear},
+      {"batchnorm1d", OpId::batch_norm},  {"batchnorm2d", OpId::batch_norm},
+      {"batchnorm", OpId::batch_norm},    {"layernorm", OpId::layer_norm},
+      {"softmax", OpId::softmax},         {"logsoftmax", OpId::log_softmax},
+      {"relu", OpId::relu},               {"gelu", OpId::gelu},
+      {"maxpool2d", OpId::max_pool2d},    {"avgpool2d", OpId::avg_pool2d},
+      {"batchmatmul", OpId::matmul},      {"sigmoid", OpId::sigmoid},
+      {"tanh", OpId::tanh},               {"embedding", OpId::embedding},
+  };
+  if (auto id = find_op(name)) return *id;
+  std::string key;
+  for (char c : name)
+    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& [n, id] : kCellNames)
+    if (key == n) return id;
+  MIXPREC_CHECK(false, "custom_mixed_precision: unknown op or cell name '", name, "'",
+                Hint{"use op names such as conv2d, linear, matmul, batch_norm, softmax, or cell names "
+                     "such as Conv2d, Dense, BatchNorm2d"});
+  return OpId::add;
+}
+
+void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType dtype) {
+  check_low(dtype, "custom_mixed_precision");
+  MIXPREC_CHECK(lists.white_list.empty() != lists.black_list.empty(),
+                "custom_mixed_precision: give exactly one of white_list and black_list");
+  nn::AmpConfig config;
+  config.state.low = dtype;
+  config.cache = std::make_shared<CastCache>();
+  config.state.cache = config.cache.get();
+  config.cast_output_to_fp32 = true;
+  auto& ov = config.state.policy_override;
+  if (!lists.white_list.empty()) {
+    config.state.level = Level::O1;
+    for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;
+    for (const auto& n : lists.white_list) ov[static_cast<size_t>(resolve_op(n))] = AmpPolicy::to_low;
+  } else {
+    config.state.level = Level::O2;
+    config.state.keep_norm_fp32 = false;
+    for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;
+    for (const auto& n : lists.black_list) {
+      const OpId id = resolve_op(n);
+      ov[static_cast<size_t>(id)] = AmpPolicy::to_fp32;
+      if (op_info(id).kind == OpKind::norm) config.state.keep_norm_fp32 = true;
+    }
+  }
+  network.set_amp_config(std::move(config));
+}
+
+}  // namespace mixprec::amp

@@ -1,0 +1,118 @@
+// Loss-scale managers and functional scalers: the state machines of DESIGN.md "Loss scaling".
+#include "mixprec/amp/loss_scale.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mixprec/error.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::amp {
+
+void LossScaleManager::count(bool overflow, bool loss_finite) {
+  if (!overflow) {
+    state_.consecutive_overflows = 0;
+    return;
+  }
+  ++state_.total_overflows;
+  ++state_.consecutive_overflows;
+  if (state_.consecutive_overflows < max_consecutive_overflows) return;
+  if (!loss_finite) {
+    MIXPREC_CHECK(false, "loss scaling: ", state_.consecutive_overflows,
+                  " consecutive steps with a non-finite LOSS (NaN/inf in the forward pass); the loss "
+                  "scale cannot fix this",
+                  Hint{"look for NaN in the input data, a too-high learning rate, or an op that "
+                       "overflows in low precision (run with --check-numerics / --amp-level O0)"});
+  }
+  MIXPREC_CHECK(false, "loss scaling: ", state_.consecutive_overflows,
+                " consecutive steps whose GRADIENTS overflowed (the loss itself was finite); the "
+                "scale is now ", state_.scale,
+                Hint{"lower the initial loss scale, use bf16 instead of f16, or keep the overflowing "
+                     "layer in fp32 (to_float)"});
+}
+
+FixedLossScaleManager::FixedLossScaleManager(double s, FixedLossScaleOptions o) : drop_(o.drop_overflow_update) {
+  MIXPREC_CHECK(std::isfinite(s) && s >= 1.0, "FixedLossScaleManager: loss_scale must be finite and >= 1, got ", s);
+  state_.scale = s;
+}
+
+void FixedLossScaleManager::update_loss_scale(bool overflow, bool loss_finite) {
+  count(overflow && drop_, loss_finite);
+  if (!overflow) ++state_.good_steps;
+  else if (!drop_) ++state_.total_overflows;
+}
+
+std::string FixedLossScaleManager::description() const {
+  return "fixed(" + std::to_string(state_.scale) + (drop_ ? ", drop overflow updates)" : ", apply overflow updates)");
+}
+
+DynamicLossScaleManager::DynamicLossScaleManager(double init, double factor, int64_t window,
+                                                 DynamicLossScaleOptions o)
+    : factor_(factor), window_(window), options_(o) {
+  MIXPREC_CHECK(std::isfinite(init) && init > 0, "DynamicLossScaleManager: init_loss_scale must be finite and > 0, got ", init);
+  MIXPREC_CHECK(factor > 1 && std::isfinite(factor), "DynamicLossScaleManager: scale_factor must be > 1, got ", factor);
+  MIXPREC_CHECK(window >= 1, "DynamicLossScaleManager: scale_window must be >= 1, got ", window);
+  MIXPREC_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, "DynamicLossScaleManager: expected 0 <= min_scale <= max_scale");
+  state_.scale = std::clamp(init, o.min_scale, o.max_scale);
+}
+
+std::shared_ptr<DynamicLossScaleManager> DynamicLossScaleManager::pytorch_defaults() {
+  return std::make_shared<DynamicLossScaleManager>(65536.0, 2.0, 2000, DynamicLossScaleOptions{.min_scale = 0.0});
+}
+
+void DynamicLossScaleManager::update_loss_scale(bool overflow, bool loss_finite) {
+  if (overflow) {
+    state_.scale = std::max(state_.scale / factor_, options_.min_scale);
+    state_.good_steps = 0;
+  } else if (++state_.good_steps >= window_) {
+    const double grown = state_.scale * factor_;
+    if (std::isfinite(grown) && grown <= options_.max_scale) state_.scale = grown;
+    state_.good_steps = 0;
+  }
+  count(overflow, loss_finite);
+}
+
+std::string DynamicLossScaleManager::description() const {
+  return "dynamic(scale " + std::to_string(state_.scale) + ", factor " + std::to_string(factor_) +
+         ", window " + std::to_string(window_) + ")";
+}
+
+// ---------------------------------------------------------------- functional scalers
+
+Tensor LossScaler::scale(const Tensor& loss) const { return ops::mul(loss, scale_); }
+
+std::vector<Tensor> LossScaler::unscale(const std::vector<Tensor>& grads) const {
+  std::vector<Tensor> out;
+  out.reserve(grads.size());
+  for (const Tensor& g : grads) out.push_back(g.defined() ? g.clone() : g);
+  unscale_and_check(out, scale_);
+  return out;
+}
+
+bool LossScaler::unscale_(const std::vector<Tensor>& grads) const { return unscale_and_check(grads, scale_); }
+
+StaticLossScaler::StaticLossScaler(double s) : LossScaler(s) {
+  MIXPREC_CHECK(std::isfinite(s) && s > 0, "StaticLossScaler: scale_value must be finite and > 0, got ", s);
+}
+
+DynamicLossScaler::DynamicLossScaler(double s, double factor, int64_t window)
+    : LossScaler(s), factor_(factor), window_(window) {
+  MIXPREC_CHECK(std::isfinite(s) && s > 0, "DynamicLossScaler: scale_value must be finite and > 0, got ", s);
+  MIXPREC_CHECK(factor > 1, "DynamicLossScaler: scale_factor must be > 1, got ", factor);
+  MIXPREC_CHECK(window >= 1, "DynamicLossScaler: scale_window must be >= 1, got ", window);
+}
+
+void DynamicLossScaler::adjust(bool finite) {
+  if (finite) {
+    if (counter_ == window_ - 1) {
+      const double grown = scale_ * factor_;
+      if (std::isfinite(grown)) scale_ = grown;
+    }
+    counter_ = (counter_ + 1) % window_;
+  } else {
+    scale_ = std::max(1.0, scale_ / factor_);
+    counter_ = 0;
+  }
+}
+
+}  // namespace mixprec::amp

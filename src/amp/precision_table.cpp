@@ -1,0 +1,86 @@
+// The precision table: run the network once with the op recorder on, then group what ran by
+// cell: the dtypes the arithmetic used, the dtypes the parameters were used in, and the dtype of
+// the cell's output. It reports what executed, not what the flags say.
+#include <map>
+#include <set>
+
+#include "mixprec/amp/amp.h"
+#include "mixprec/graph.h"
+
+namespace mixprec::amp {
+
+static std::string join_dtypes(const std::set<DType>& s) {
+  if (s.empty()) return "-";
+  std::string out;
+  for (DType d : s) out += (out.empty() ? "" : "+") + std::string(dtype_name(d));
+  return out;
+}
+
+std::vector<PrecisionRow> precision_table(nn::Cell& network, const Tensor& sample) {
+  std::vector<OpRecord> records;
+  {
+    NoGradGuard ng;
+    OpRecorder rec(&records);
+    (void)network(sample);
+  }
+  std::map<std::string, std::string> types;
+  std::vector<std::string> order;
+  for (auto& [path, cell] : network.cells_and_names()) {
+    types[path] = cell->type_name();
+    order.push_back(path);
+  }
+  struct Acc {
+    std::vector<std::string> ops;
+    std::set<DType> compute, weights;
+    DType output = DType::f32;
+    bool any = false;
+  };
+  std::map<std::string, Acc> by_cell;
+  for (const OpRecord& r : records) {
+    Acc& a = by_cell[r.cell_path];
+    if (r.op != OpId::cast) {
+      a.ops.emplace_back(op_name(r.op));
+      a.compute.insert(r.compute_dtype);
+      for (DType d : r.weight_dtypes) a.weights.insert(d);
+    }
+    a.output = r.output_dtype;
+    a.any = true;
+  }
+  std::vector<PrecisionRow> rows;
+  for (const std::string& path : order) {
+    auto it = by_cell.find(path);
+    if (it == by_cell.end() || !it->second.any) continue;
+    const Acc& a = it->second;
+    std::string ops;
+    PrecisionRow row{path.empty() ? "(network)" : path, types[path], a.ops, join_dtypes(a.compute),
+                     join_dtypes(a.weights), std::string(dtype_name(a.output))};
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string format_precision_table(const std::vector<PrecisionRow>& rows) {
+  size_t w0 = 4, w1 = 4, w2 = 3;
+  for (const auto& r : rows) {
+    w0 = std::max(w0, r.cell.size());
+    w1 = std::max(w1, r.type.size());
+    std::string ops;
+    for (const auto& o : r.ops) ops += (ops.empty() ? "" : ",") + o;
+    w2 = std::max(w2, std::min<size_t>(ops.size(), 40));
+  }
+  auto pad = [](std::string s, size_t w) {
+    if (s.size() > w) s = s.substr(0, w - 3) + "...";
+    return s + std::string(w - s.size() + 2, ' ');
+  };
+  std::string out = pad("cell", w0) + pad("type", w1) + pad("ops", w2) + pad("compute", 9) +
+                    pad("weights", 9) + "output\n";
+  for (const auto& r : rows) {
+    std::string ops;
+    for (const auto& o : r.ops) ops += (ops.empty() ? "" : ",") + o;
+    out += pad(r.cell, w0) + pad(r.type, w1) + pad(ops, w2) + pad(r.compute, 9) + pad(r.weights, 9) +
+           r.output + "\n";
+  }
+  return out;
+}
+
+}  // namespace mixprec::amp

@@ -1,0 +1,114 @@
+// The fused unscale-and-check pass: one sweep per gradient tensor that multiplies by the
+// inverse scale (computed in f64, rounded once to f32) and ORs a non-finite flag. The finite
+// test is on the exponent bits after scaling, so it catches values that were already inf/NaN
+// and none that scaling creates (1/scale <= 1 never overflows). Chunks are independent; the
+// flag is combined with a reduction, so the result does not depend on the thread count.
+#include <bit>
+#include <cmath>
+
+#include "mixprec/amp/loss_scale.h"
+#include "mixprec/convert.h"
+#include "mixprec/error.h"
+
+namespace mixprec::amp {
+namespace {
+
+constexpr int64_t kChunk = 4096;
+
+inline bool finite_bits(float v) { return (std::bit_cast<uint32_t>(v) & 0x7f800000u) != 0x7f800000u; }
+
+// Contiguous f32: scale in place, return whether all finite.
+bool scale_f32(float* p, int64_t n, float inv, bool do_scale) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+  for (int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
+    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    int local = 0;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = do_scale ? p[i] * inv : p[i];
+      local |= !finite_bits(v);
+      p[i] = v;
+    }
+    bad |= local;
+  }
+  return bad == 0;
+}
+
+// Contiguous f16/bf16: widen a chunk, scale, check, round back.
+bool scale_16(void* p, DType dt, int64_t n, float inv, bool do_scale) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+  for (int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
+    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    alignas(64) float buf[kChunk];
+    char* base = static_cast<char*>(p) + lo * 2;
+    convert_row(base, dt, buf, DType::f32, hi - lo);
+    int local = 0;
+    for (int64_t i = 0; i < hi - lo; ++i) {
+      const float v = do_scale ? buf[i] * inv : buf[i];
+      local |= !finite_bits(v);
+      buf[i] = v;
+    }
+    if (do_scale) convert_row(buf, DType::f32, base, dt, hi - lo);
+    bad |= local;
+  }
+  return bad == 0;
+}
+
+bool process(const Tensor& g, double scale) {
+  MIXPREC_CHECK(g.device().is_cpu(), "unscale_and_check: gradient on ", g.device().str(), " (cpu only in this build)");
+  const bool do_scale = scale != 1.0;
+  const float inv = static_cast<float>(1.0 / scale);
+  if (!g.is_contiguous()) {
+    // Rare (gradients are produced contiguous): go through a packed copy.
+    Tensor packed = g.contiguous();
+    const bool ok = process(packed, scale);
+    if (do_scale) {
+      Tensor dst = g;
+      dst.detach().copy_(packed);
+    }
+    return ok;
+  }
+  switch (g.dtype()) {
+    case DType::f32: return scale_f32(g.data<float>(), g.numel(), inv, do_scale);
+    case DType::f16:
+    case DType::bf16: return scale_16(g.data_ptr(), g.dtype(), g.numel(), inv, do_scale);
+    case DType::f64: {
+      double* p = g.data<double>();
+      bool ok = true;
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        p[i] = do_scale ? p[i] / scale : p[i];
+        ok &= std::isfinite(p[i]);
+      }
+      return ok;
+    }
+    default: MIXPREC_CHECK(false, "unscale_and_check: gradients must be floating, got ", dtype_name(g.dtype()));
+  }
+  return false;
+}
+
+}  // namespace
+
+bool unscale_and_check(const std::vector<Tensor>& grads, double scale) {
+  MIXPREC_CHECK(std::isfinite(scale) && scale > 0, "unscale: the loss scale must be finite and > 0, got ", scale);
+  bool ok = true;
+  for (const Tensor& g : grads)
+    if (g.defined()) ok &= process(g, scale);
+  for (const Tensor& g : grads)
+    if (g.defined() && scale != 1.0) g.storage()->bump_version();
+  return ok;
+}
+
+bool all_finite(const std::vector<Tensor>& tensors) {
+  bool ok = true;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const Tensor c = t.contiguous();
+    if (c.dtype() == DType::f32) ok &= scale_f32(c.data<float>(), c.numel(), 1.0f, false);
+    else if (c.dtype() == DType::f16 || c.dtype() == DType::bf16) ok &= scale_16(c.data_ptr(), c.dtype(), c.numel(), 1.0f, false);
+    else if (c.dtype() == DType::f64) for (double v : c.to_vector<double>()) ok &= std::isfinite(v);
+  }
+  return ok;
+}
+
+}  // namespace mixprec::amp

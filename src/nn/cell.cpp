@@ -1,0 +1,162 @@
+// nn::Cell: registration, traversal, modes, and the call path that applies the cell's scopes
+// (cell path for provenance; AMP configuration or to_float) around construct().
+#include "mixprec/nn/cell.h"
+
+#include <set>
+
+#include "mixprec/error.h"
+#include "mixprec/graph.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::nn {
+
+Tensor Cell::construct(const Tensor&) {
+  MIXPREC_CHECK(false, type_name(), ": construct(x) is not implemented for one input",
+                Hint{"override Tensor construct(const Tensor&) in your cell, or call it with two inputs"});
+  return {};
+}
+
+Tensor Cell::construct(const Tensor&, const Tensor&) {
+  MIXPREC_CHECK(false, type_name(), ": construct(x, y) is not implemented for two inputs",
+                Hint{"override Tensor construct(const Tensor&, const Tensor&), or call it with one input"});
+  return {};
+}
+
+template <class Fn>
+Tensor Cell::call(Fn&& fn) {
+  CellPathScope path(name_);
+  std::optional<AutocastScope> amp_scope, float_scope;
+  if (amp_) amp_scope.emplace(amp_->state);
+  if (float_dtype_) {
+    AutocastState s = autocast_state();
+    s.forced = *float_dtype_;
+    float_scope.emplace(s);
+  }
+  Tensor out = fn();
+  if (amp_ && amp_->cache) amp_->cache->clear_step();  // per-step casts live for one call
+  if (amp_ && amp_->cast_output_to_fp32 && out.defined() && is_floating(out.dtype()) &&
+      out.dtype() != DType::f32 && out.dtype() != DType::f64)
+    out = ops::cast(out, DType::f32);
+  return out;
+}
+
+Tensor Cell::operator()(const Tensor& x) {
+  return call([&] { return construct(x); });
+}
+
+Tensor Cell::operator()(const Tensor& x, const Tensor& y) {
+  return call([&] { return construct(x, y); });
+}
+
+static void check_name(const std::string& owner, const std::string& name) {
+  MIXPREC_CHECK(!name.empty() && name.find('.') == std::string::npos, owner,
+                ": invalid name '", name, "' (expected a non-empty name without '.')");
+}
+
+Tensor Cell::register_parameter(const std::string& name, Tensor value, bool requires_grad) {
+  check_name(type_name(), name);
+  for (const auto& [n, t] : params_)
+    MIXPREC_CHECK(n != name, type_name(), ": parameter '", name, "' registered twice");
+  MIXPREC_CHECK(value.defined() && is_floating(value.dtype()), type_name(), ": parameter '", name,
+                "' must be a floating tensor");
+  value.set_requires_grad(requires_grad);
+  params_.emplace_back(name, std::move(value));
+  return params_.back().second;
+}
+
+Tensor Cell::register_buffer(const std::string& name, Tensor value) {
+  check_name(type_name(), name);
+  buffers_.emplace_back(name, std::move(value));
+  return buffers_.back().second;
+}
+
+Cell& Cell::register_cell(const std::string& name, Cell& cell) {
+  check_name(type_name(), name);
+  for (const auto& [n, c] : children_)
+    MIXPREC_CHECK(n != name, type_name(), ": sub-cell '", name, "' registered twice");
+  MIXPREC_CHECK(&cell != this, type_name(), ": a cell cannot contain itself");
+  cell.name_ = name;
+  children_.emplace_back(name, &cell);
+  return cell;
+}
+
+Cell& Cell::register_cell(const std::string& name, std::shared_ptr<Cell> cell) {
+  MIXPREC_CHECK(cell != nullptr, type_name(), ": sub-cell '", name, "' is null");
+  owned_.push_back(cell);
+  return register_cell(name, *cell);
+}
+
+void Cell::collect(const std::string& prefix, std::vector<NamedTensor>& out, bool params,
+                   bool buffers, bool trainable_only) const {
+  if (params)
+    for (const auto& [n, t] : params_)
+      if (!trainable_only || t.requires_grad()) out.emplace_back(prefix + n, t);
+  if (buffers)
+    for (const auto& [n, t] : buffers_) out.emplace_back(prefix + n, t);
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", out, params, buffers, trainable_only);
+}
+
+std::vector<Tensor> Cell::trainable_params() const {
+  std::vector<NamedTensor> named;
+  collect("", named, true, false, true);
+  std::vector<Tensor> out;
+  std::set<const TensorImpl*> seen;  // a shared parameter appears once
+  for (auto& [n, t] : named)
+    if (seen.insert(t.impl()).second) out.push_back(t);
+  return out;
+}
+
+std::vector<NamedTensor> Cell::parameters_and_names() const {
+  std::vector<NamedTensor> out;
+  collect("", out, true, false, false);
+  return out;
+}
+
+std::vector<NamedTensor> Cell::buffers_and_names() const {
+  std::vector<NamedTensor> out;
+  collect("", out, false, true, false);
+  return out;
+}
+
+std::vector<NamedTensor> Cell::state_and_names() const {
+  std::vector<NamedTensor> out;
+  collect("", out, true, true, false);
+  return out;
+}
+
+std::vector<std::pair<std::string, Cell*>> Cell::cells_and_names() {
+  std::vector<std::pair<std::string, Cell*>> out;
+  std::vector<std::pair<std::string, Cell*>> stack{{"", this}};
+  while (!stack.empty()) {
+    auto [prefix, c] = stack.back();
+    stack.pop_back();
+    out.emplace_back(prefix, c);
+    for (auto it = c->children_.rbegin(); it != c->children_.rend(); ++it)
+      stack.emplace_back(prefix.empty() ? it->first : prefix + "." + it->first, it->second);
+  }
+  return out;
+}
+
+Cell& Cell::set_train(bool mode) {
+  training_ = mode;
+  for (auto& [n, c] : children_) c->set_train(mode);
+  return *this;
+}
+
+Cell& Cell::to_float(DType dtype) {
+  MIXPREC_CHECK(is_floating(dtype), type_name(), ".to_float: expected a floating dtype, got ",
+                dtype_name(dtype));
+  float_dtype_ = dtype;
+  return *this;
+}
+
+std::string Cell::repr(int indent) const {
+  std::string s = type_name() + "(" + extra_repr();
+  if (children_.empty()) return s + ")";
+  s += "\n";
+  for (const auto& [n, c] : children_)
+    s += std::string(static_cast<size_t>(indent + 2), ' ') + "(" + n + "): " + c->repr(indent + 2) + "\n";
+  return s + std::string(static_cast<size_t>(indent), ' ') + ")";
+}
+
+}  // namespace mixprec::nn

@@ -1,0 +1,228 @@
+// Optimizer base (parameter checks, state, step counting, working copies) and the fused update
+// kernels of Momentum, SGD, Adam and AdamW. Each kernel runs in chunks: update the fp32 weights
+// of a chunk (gradient widened from its dtype on the fly), then round that chunk into the
+// low-precision working copy while it is still in cache. Chunks are independent, so OpenMP
+// splits them without changing any result.
+#include "mixprec/optim/optimizer.h"
+
+#include <cmath>
+
+#include "mixprec/convert.h"
+#include "mixprec/error.h"
+#include "mixprec/graph.h"
+
+namespace mixprec::optim {
+
+// ---------------------------------------------------------------- learning rates
+
+LearningRate::LearningRate(double lr)
+    : LearningRate([lr](int64_t) { return lr; }, "constant(" + std::to_string(lr) + ")") {
+  MIXPREC_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got ", lr);
+}
+
+LearningRate LearningRate::constant(double lr) { return LearningRate(lr); }
+
+LearningRate LearningRate::step_decay(double lr, int64_t step_size, double gamma) {
+  MIXPREC_CHECK(step_size > 0 && gamma > 0, "step_decay: expected step_size > 0 and gamma > 0");
+  return LearningRate([=](int64_t s) { return lr * std::pow(gamma, static_cast<double>(s / step_size)); },
+                      "step(" + std::to_string(lr) + ", every " + std::to_string(step_size) + ", x" +
+                          std::to_string(gamma) + ")");
+}
+
+LearningRate LearningRate::cosine(double lr, int64_t total, double min_lr) {
+  MIXPREC_CHECK(total > 0, "cosine: expected total_steps > 0, got ", total);
+  return LearningRate([=](int64_t s) {
+                        if (s >= total) return min_lr;
+                        const double t = static_cast<double>(s) / static_cast<double>(total);
+                        return min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(M_PI * t));
+                      },
+                      "cosine(" + std::to_string(lr) + " -> " + std::to_string(min_lr) + " over " +
+                          std::to_string(total) + ")");
+}
+
+LearningRate LearningRate::with_warmup(int64_t steps) const {
+  MIXPREC_CHECK(steps >= 0, "warmup: expected steps >= 0");
+  auto base = fn_;
+  return LearningRate([=](int64_t s) {
+                        if (s < steps) return base(0) * static_cast<double>(s + 1) / static_cast<double>(steps);
+                        return base(s - steps);
+                      },
+                      "warmup(" + std::to_string(steps) + ") then " + description_);
+}
+
+// ---------------------------------------------------------------- base
+
+Optimizer::Optimizer(std::vector<Tensor> params, LearningRate lr, double weight_decay,
+                     int num_state_slots, std::string name)
+    : params_(std::move(params)), lr_(std::move(lr)), weight_decay_(weight_decay), name_(std::move(name)) {
+  MIXPREC_CHECK(!params_.empty(), name_, ": no parameters to optimize",
+                Hint{"pass net.trainable_params()"});
+  MIXPREC_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), name_,
+                ": weight_decay must be >= 0, got ", weight_decay);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    MIXPREC_CHECK(p.defined() && p.dtype() == DType::f32 && p.is_contiguous() && p.is_leaf(), name_,
+                  ": parameter ", i, " must be a contiguous fp32 leaf (master weights are fp32), got ",
+                  p.defined() ? std::string(dtype_name(p.dtype())) : "undefined",
+                  Hint{"keep parameters in fp32 and let AMP cast them (amp::auto_mixed_precision)"});
+    std::vector<Tensor> slots;
+    for (int s = 0; s < num_state_slots; ++s) slots.push_back(zeros(p.shape()));
+    state_.push_back(std::move(slots));
+  }
+}
+
+void Optimizer::attach_working_copies(CastCache* cache, DType dtype) {
+  MIXPREC_CHECK(is_low_precision(dtype), name_, ": working copies must be f16 or bf16, got ",
+                dtype_name(dtype));
+  cache_ = cache;
+  low_dtype_ = dtype;
+  working_.clear();
+  NoGradGuard ng;
+  for (const Tensor& p : params_) {
+    Tensor low = p.detach().astype(dtype);
+    working_.push_back(low);
+    if (cache_) cache_->store(p, low, /*persistent=*/true);
+  }
+}
+
+void Optimizer::detach_working_copies() {
+  working_.clear();
+  cache_ = nullptr;
+}
+
+void Optimizer::apply(size_t i, const Tensor& grad) {
+  Tensor& p = params_[i];
+  MIXPREC_CHECK(grad.shape() == p.shape(), name_, ": gradient ", i, " has shape ",
+                shape_str(grad.shape()), ", expected ", shape_str(p.shape()));
+  MIXPREC_CHECK(is_floating(grad.dtype()) && grad.dtype() != DType::f64, name_, ": gradient ", i,
+                " must be f32, bf16 or f16, got ", dtype_name(grad.dtype()));
+  const Tensor g = grad.contiguous();
+  std::vector<float*> st;
+  for (Tensor& s : state_[i]) st.push_back(s.data<float>());
+  void* low = working_.empty() ? nullptr : working_[i].data_ptr();
+  update(UpdateArgs{p.data<float>(), g.data_ptr(), g.dtype(), st.data(), low, low_dtype_, p.numel(),
+                    lr_.at(step_), weight_decay_, step_ + 1});
+  p.storage()->bump_version();
+  if (low) {
+    working_[i].storage()->bump_version();
+    if (cache_) cache_->store(p, working_[i], /*persistent=*/true);
+  }
+}
+
+void Optimizer::step(const std::vector<Tensor>& grads) {
+  MIXPREC_CHECK(grads.size() == params_.size(), name_, ": expected ", params_.size(),
+                " gradients (one per parameter), got ", grads.size());
+  NoGradGuard ng;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (grads[i].defined()) apply(i, grads[i]);
+  ++step_;
+}
+
+void Optimizer::step() {
+  NoGradGuard ng;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    if (g.defined()) apply(i, g);
+  }
+  ++step_;
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.set_grad(Tensor());
+}
+
+std::vector<NamedState> Optimizer::state() const {
+  std::vector<NamedState> out;
+  for (size_t i = 0; i < state_.size(); ++i)
+    for (size_t s = 0; s < state_[i].size(); ++s)
+      out.push_back({"slot" + std::to_string(s) + "." + std::to_string(i), state_[i][s]});
+  return out;
+}
+
+// ---------------------------------------------------------------- fused kernels
+
+namespace {
+
+constexpr int64_t kChunk = 4096;
+
+// Runs body(i, g) for every element, in chunks; after each chunk the updated fp32 weights are
+// rounded into the low copy (when there is one).
+template <class Body>
+void fused_loop(const Optimizer* /*self*/, float* p, const void* g, DType gdt, void* low, DType ldt,
+                int64_t n, Body&& body) {
+  visit_float(gdt, [&]<class G>() {
+    const G* gp = static_cast<const G*>(g);
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+      for (int64_t i = lo; i < hi; ++i) body(i, static_cast<float>(load(gp[i])));
+      if (low) convert_row(p + lo, DType::f32, static_cast<char*>(low) + lo * 2, ldt, hi - lo);
+    }
+  });
+}
+
+}  // namespace
+
+Momentum::Momentum(std::vector<Tensor> params, LearningRate lr, double momentum, double wd, bool nesterov)
+    : Optimizer(std::move(params), std::move(lr), wd, 1, "Momentum"), momentum_(momentum), nesterov_(nesterov) {
+  MIXPREC_CHECK(momentum >= 0 && momentum < 1, "Momentum: momentum must be in [0, 1), got ", momentum);
+}
+
+void Momentum::update(const UpdateArgs& a) {
+  const float lr = static_cast<float>(a.lr), m = static_cast<float>(momentum_);
+  const float wd = static_cast<float>(a.weight_decay);
+  float* p = a.p;
+  float* v = a.state[0];
+  const bool nesterov = nesterov_;
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, [=](int64_t i, float g) {
+    g += wd * p[i];
+    v[i] = m * v[i] + g;
+    p[i] -= nesterov ? lr * (g + m * v[i]) : lr * v[i];
+  });
+}
+
+SGD::SGD(std::vector<Tensor> params, LearningRate lr, double wd)
+    : Optimizer(std::move(params), std::move(lr), wd, 0, "SGD") {}
+
+void SGD::update(const UpdateArgs& a) {
+  const float lr = static_cast<float>(a.lr), wd = static_cast<float>(a.weight_decay);
+  float* p = a.p;
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n,
+             [=](int64_t i, float g) { p[i] -= lr * (g + wd * p[i]); });
+}
+
+Adam::Adam(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd)
+    : Adam(std::move(params), std::move(lr), b1, b2, eps, wd, false, "Adam") {}
+
+Adam::Adam(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd,
+           bool decoupled, std::string name)
+    : Optimizer(std::move(params), std::move(lr), wd, 2, std::move(name)),
+      beta1_(b1), beta2_(b2), eps_(eps), decoupled_(decoupled) {
+  MIXPREC_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1 && eps > 0, this->name(),
+                ": expected 0 <= beta1, beta2 < 1 and eps > 0");
+}
+
+void Adam::update(const UpdateArgs& a) {
+  const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
+  const float lr = static_cast<float>(a.lr), eps = static_cast<float>(eps_);
+  const float wd = static_cast<float>(a.weight_decay);
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(beta1_, static_cast<double>(a.step))));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(beta2_, static_cast<double>(a.step))));
+  float* p = a.p;
+  float* m = a.state[0];
+  float* v = a.state[1];
+  const bool decoupled = decoupled_;
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, [=](int64_t i, float g) {
+    if (decoupled) p[i] -= lr * wd * p[i];
+    else g += wd * p[i];
+    m[i] = b1 * m[i] + (1 - b1) * g;
+    v[i] = b2 * v[i] + (1 - b2) * g * g;
+    p[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+  });
+}
+
+AdamW::AdamW(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd)
+    : Adam(std::move(params), std::move(lr), b1, b2, eps, wd, true, "AdamW") {}
+
+}  // namespace mixprec::optim
