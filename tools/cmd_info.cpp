@@ -13,9 +13,9 @@
 
 namespace mixprec::cli {
 
-Action register_info(CLI::App& app) {
-  app.add_subcommand("info", "Print the build configuration and the CPU features in use");
-  return [] {
+Command register_info(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("info", "Print the build configuration and the CPU features in use");
+  return {cmd, [] {
     std::printf("mixprec %s\n", MIXPREC_VERSION);
     std::printf("cpu features (detected): %s\n", describe(detect_cpu_features()).c_str());
     std::printf("cpu features (in use):   %s\n", describe(cpu_features()).c_str());
@@ -28,7 +28,7 @@ Action register_info(CLI::App& app) {
     std::printf("oneDNN: disabled at build time (reference kernels only)\n");
 #endif
     return 0;
-  };
+  }};
 }
 
 }  // namespace mixprec::cli

@@ -9,6 +9,12 @@ namespace mixprec::cli {
 
 using Action = std::function<int()>;
 
-Action register_info(CLI::App& app);
+struct Command {
+  CLI::App* app;
+  Action run;
+};
+
+Command register_info(CLI::App& app);
+Command register_train(CLI::App& app);
 
 }  // namespace mixprec::cli

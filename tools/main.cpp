@@ -15,17 +15,18 @@ int main(int argc, char** argv) {
                "mixprec"};
   app.require_subcommand(1);
   app.set_version_flag("--version", MIXPREC_VERSION);
-  std::vector<std::pair<CLI::App*, mixprec::cli::Action>> actions;
-  auto add = [&](mixprec::cli::Action a) { actions.emplace_back(app.get_subcommands({}).back(), std::move(a)); };
-  add(mixprec::cli::register_info(app));
+  const std::vector<mixprec::cli::Command> commands{
+      mixprec::cli::register_train(app),
+      mixprec::cli::register_info(app),
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
-    for (auto& [sub, action] : actions)
-      if (sub->parsed()) return action();
+    for (const auto& c : commands)
+      if (c.app->parsed()) return c.run();
   } catch (const mixprec::Error& e) {
     std::fprintf(stderr, "mixprec: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,142 @@
+// Training callbacks (MindSpore's LossMonitor, TimeMonitor, and friends) and metrics (Accuracy,
+// Loss). A callback sees a RunContext at each stage of Model::train; it may ask training to
+// stop. Printing callbacks write plain lines, or a progress bar when stdout is a terminal.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mixprec/amp/amp.h"
+#include "mixprec/ref.h"
+#include "mixprec/tensor.h"
+
+namespace mixprec::train {
+
+class Model;
+
+struct RunContext {
+  int64_t epoch = 0;             // 0-based
+  int64_t epochs = 0;
+  int64_t step_in_epoch = 0;     // 1-based index of the batch just trained in this epoch
+  int64_t steps_per_epoch = 0;
+  int64_t global_step = 0;       // micro-batches trained so far (applied + skipped)
+  int64_t batch_size = 0;
+  amp::StepInfo step;            // loss, loss scale, overflow/skip flags, lr
+  double epoch_seconds = 0.0;    // since the epoch began
+  double train_seconds = 0.0;    // since training began
+  bool stop_requested = false;   // set by a callback to end training after this step
+  Model* model = nullptr;
+};
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(RunContext&) {}
+  virtual void on_epoch_begin(RunContext&) {}
+  virtual void on_step_end(RunContext&) {}
+  virtual void on_epoch_end(RunContext&) {}
+  virtual void on_train_end(RunContext&) {}
+};
+using CallbackRef = Ref<Callback>;
+
+// Prints "epoch: 1 step: 100, loss is 0.4321" every per_print_times steps (MindSpore's format),
+// with " (skipped: overflow, scale 65536)" on skipped steps.
+class LossMonitor : public Callback {
+ public:
+  explicit LossMonitor(int64_t per_print_times = 1);
+  void on_step_end(RunContext& ctx) override;
+  void on_epoch_end(RunContext& ctx) override;
+
+ private:
+  int64_t every_;
+  double epoch_loss_ = 0.0;
+  int64_t epoch_count_ = 0;
+};
+
+// Prints epoch time and mean step time at the end of each epoch.
+class TimeMonitor : public Callback {
+ public:
+  void on_epoch_end(RunContext& ctx) override;
+};
+
+// Prints the loss scale and the skipped steps every `every` steps and at epoch end.
+class LossScaleMonitor : public Callback {
+ public:
+  explicit LossScaleMonitor(int64_t every = 100) : every_(every) {}
+  void on_step_end(RunContext& ctx) override;
+  void on_epoch_end(RunContext& ctx) override;
+
+ private:
+  int64_t every_;
+  int64_t skipped_ = 0;
+};
+
+// A one-line progress bar redrawn in place when stdout is a terminal; plain periodic lines
+// (every `every` steps) otherwise.
+class ProgressBar : public Callback {
+ public:
+  explicit ProgressBar(int64_t every = 100);
+  void on_step_end(RunContext& ctx) override;
+  void on_epoch_end(RunContext& ctx) override;
+
+ private:
+  int64_t every_;
+  bool tty_;
+  double ema_loss_ = -1.0;
+};
+
+// Calls a function at each step end (for tests, traces and custom logging).
+class LambdaCallback : public Callback {
+ public:
+  explicit LambdaCallback(std::function<void(RunContext&)> on_step) : fn_(std::move(on_step)) {}
+  void on_step_end(RunContext& ctx) override { fn_(ctx); }
+
+ private:
+  std::function<void(RunContext&)> fn_;
+};
+
+// ---------------------------------------------------------------- metrics
+
+class Metric {
+ public:
+  virtual ~Metric() = default;
+  virtual void clear() = 0;
+  // logits [N, C] (fp32), labels [N] integer, loss: scalar batch mean (undefined if unneeded).
+  virtual void update(const Tensor& logits, const Tensor& labels, const Tensor& loss) = 0;
+  virtual double eval() const = 0;
+  virtual bool needs_loss() const { return false; }
+};
+using MetricRef = Ref<Metric>;
+
+class Accuracy : public Metric {
+ public:
+  void clear() override { correct_ = total_ = 0; }
+  void update(const Tensor& logits, const Tensor& labels, const Tensor& loss) override;
+  double eval() const override;
+
+ private:
+  int64_t correct_ = 0, total_ = 0;
+};
+
+class Loss : public Metric {
+ public:
+  void clear() override { sum_ = 0; count_ = 0; }
+  void update(const Tensor& logits, const Tensor& labels, const Tensor& loss) override;
+  double eval() const override;
+  bool needs_loss() const override { return true; }
+
+ private:
+  double sum_ = 0;
+  int64_t count_ = 0;
+};
+
+}  // namespace mixprec::train
+
+namespace mixprec::nn {
+// The seed writes nn.Accuracy(): metrics are reachable from nn too.
+using train::Accuracy;
+using train::Loss;
+}  // namespace mixprec::nn

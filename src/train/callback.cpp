@@ -1,0 +1,119 @@
+// Callbacks and metrics. Output goes to stdout as whole lines (flushed), so it interleaves
+// cleanly with other logs; the progress bar uses \r only on a terminal.
+#include "mixprec/train/callback.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "mixprec/error.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::train {
+
+LossMonitor::LossMonitor(int64_t every) : every_(every) {
+  MIXPREC_CHECK(every >= 1, "LossMonitor: per_print_times must be >= 1, got ", every);
+}
+
+void LossMonitor::on_step_end(RunContext& ctx) {
+  if (ctx.step.loss_finite) {
+    epoch_loss_ += ctx.step.loss;
+    ++epoch_count_;
+  }
+  if (ctx.step_in_epoch % every_ != 0 && !ctx.step.skipped) return;
+  std::printf("epoch: %lld step: %lld, loss is %.6f", static_cast<long long>(ctx.epoch + 1),
+              static_cast<long long>(ctx.step_in_epoch), ctx.step.loss);
+  if (ctx.step.skipped) std::printf(" (skipped: overflow at loss scale %g)", ctx.step.loss_scale);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void LossMonitor::on_epoch_end(RunContext& ctx) {
+  if (epoch_count_ > 0)
+    std::printf("epoch: %lld, mean loss %.6f over %lld steps\n", static_cast<long long>(ctx.epoch + 1),
+                epoch_loss_ / static_cast<double>(epoch_count_), static_cast<long long>(epoch_count_));
+  std::fflush(stdout);
+  epoch_loss_ = 0;
+  epoch_count_ = 0;
+}
+
+void TimeMonitor::on_epoch_end(RunContext& ctx) {
+  const double steps = static_cast<double>(std::max<int64_t>(ctx.step_in_epoch, 1));
+  std::printf("epoch: %lld, time %.2f s, per step %.2f ms, %.0f samples/s\n",
+              static_cast<long long>(ctx.epoch + 1), ctx.epoch_seconds, 1e3 * ctx.epoch_seconds / steps,
+              steps * static_cast<double>(ctx.batch_size) / std::max(ctx.epoch_seconds, 1e-9));
+  std::fflush(stdout);
+}
+
+void LossScaleMonitor::on_step_end(RunContext& ctx) {
+  skipped_ += ctx.step.skipped ? 1 : 0;
+  if (ctx.global_step % every_ == 0 || ctx.step.skipped)
+    std::printf("step %lld: loss scale %g, skipped %lld so far%s\n", static_cast<long long>(ctx.global_step),
+                ctx.step.loss_scale, static_cast<long long>(skipped_),
+                ctx.step.skipped ? (ctx.step.loss_finite ? " (gradient overflow)" : " (non-finite loss)") : "");
+  std::fflush(stdout);
+}
+
+void LossScaleMonitor::on_epoch_end(RunContext& ctx) {
+  std::printf("epoch %lld: loss scale %g, skipped %lld steps\n", static_cast<long long>(ctx.epoch + 1),
+              ctx.step.loss_scale, static_cast<long long>(skipped_));
+  std::fflush(stdout);
+}
+
+ProgressBar::ProgressBar(int64_t every) : every_(every), tty_(isatty(STDOUT_FILENO) != 0) {}
+
+void ProgressBar::on_step_end(RunContext& ctx) {
+  if (ctx.step.loss_finite) ema_loss_ = ema_loss_ < 0 ? ctx.step.loss : 0.98 * ema_loss_ + 0.02 * ctx.step.loss;
+  const double rate = static_cast<double>(ctx.step_in_epoch * ctx.batch_size) / std::max(ctx.epoch_seconds, 1e-9);
+  if (tty_) {
+    const int width = 30;
+    const int filled = static_cast<int>(width * ctx.step_in_epoch / std::max<int64_t>(ctx.steps_per_epoch, 1));
+    std::printf("\repoch %lld/%lld [%.*s%*s] %lld/%lld loss %.4f scale %g %.0f samples/s ",
+                static_cast<long long>(ctx.epoch + 1), static_cast<long long>(ctx.epochs), filled,
+                "##############################", width - filled, "", static_cast<long long>(ctx.step_in_epoch),
+                static_cast<long long>(ctx.steps_per_epoch), ema_loss_, ctx.step.loss_scale, rate);
+  } else if (ctx.step_in_epoch % every_ == 0 || ctx.step_in_epoch == ctx.steps_per_epoch) {
+    std::printf("epoch %lld/%lld step %lld/%lld loss %.4f (smoothed %.4f) scale %g lr %g %.0f samples/s%s\n",
+                static_cast<long long>(ctx.epoch + 1), static_cast<long long>(ctx.epochs),
+                static_cast<long long>(ctx.step_in_epoch), static_cast<long long>(ctx.steps_per_epoch),
+                ctx.step.loss, ema_loss_, ctx.step.loss_scale, ctx.step.lr, rate, ctx.step.skipped ? " [skipped]" : "");
+  }
+  std::fflush(stdout);
+}
+
+void ProgressBar::on_epoch_end(RunContext&) {
+  if (tty_) std::printf("\n");
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------- metrics
+
+void Accuracy::update(const Tensor& logits, const Tensor& labels, const Tensor&) {
+  MIXPREC_CHECK(logits.dim() == 2 && labels.dim() == 1 && logits.size(0) == labels.size(0),
+                "Accuracy: expected logits [N, C] and labels [N], got ", shape_str(logits.shape()),
+                " and ", shape_str(labels.shape()));
+  const auto pred = ops::argmax(logits, 1).to_vector<int64_t>();
+  const auto lab = labels.to_vector<int64_t>();
+  for (size_t i = 0; i < pred.size(); ++i) correct_ += pred[i] == lab[i];
+  total_ += static_cast<int64_t>(pred.size());
+}
+
+double Accuracy::eval() const {
+  MIXPREC_CHECK(total_ > 0, "Accuracy: no samples were evaluated");
+  return static_cast<double>(correct_) / static_cast<double>(total_);
+}
+
+void Loss::update(const Tensor&, const Tensor& labels, const Tensor& loss) {
+  MIXPREC_CHECK(loss.defined(), "Loss metric: no loss was given");
+  const int64_t n = labels.size(0);
+  sum_ += loss.item() * static_cast<double>(n);
+  count_ += n;
+}
+
+double Loss::eval() const {
+  MIXPREC_CHECK(count_ > 0, "Loss metric: no samples were evaluated");
+  return sum_ / static_cast<double>(count_);
+}
+
+}  // namespace mixprec::train

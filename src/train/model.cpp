@@ -1,0 +1,116 @@
+// Model: builds the train step lazily, runs epochs of batches through it with callbacks, and
+// evaluates metrics. Position bookkeeping (next epoch/batch, global step) lets a checkpoint
+// resume training exactly where it stopped.
+#include "mixprec/train/model.h"
+
+#include <chrono>
+
+#include "mixprec/error.h"
+#include "mixprec/graph.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::train {
+
+Model::Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options)
+    : network_(network), loss_fn_(loss_fn), optimizer_(optimizer), options_(std::move(options)) {
+  (void)parse_amp_level(options_.amp_level);  // fail early on a bad level
+}
+
+amp::TrainOneStepCell& Model::train_network() {
+  if (!train_net_) {
+    amp::BuildOptions b;
+    b.keep_batchnorm_fp32 = options_.keep_batchnorm_fp32;
+    b.cast_model_type = options_.dtype;
+    if (options_.loss_scale_manager) b.loss_scale_manager = options_.loss_scale_manager->shared();
+    b.step = options_.step;
+    train_net_ = amp::build_train_network(network_, optimizer_, loss_fn_, options_.amp_level, b);
+  }
+  return *train_net_;
+}
+
+void Model::set_position(int64_t epoch, int64_t batch, int64_t global_step) {
+  next_epoch_ = epoch;
+  next_batch_ = batch;
+  global_step_ = global_step;
+}
+
+void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<CallbackRef> callbacks,
+                  TrainOptions options) {
+  MIXPREC_CHECK(epochs >= 1, "Model.train: epochs must be >= 1, got ", epochs);
+  MIXPREC_CHECK(ds.num_batches() > 0, "Model.train: the dataset has no batches (",
+                ds.num_samples(), " samples, batch size ", ds.batch_size(), ")");
+  MIXPREC_CHECK(options.initial_epoch >= 0 && options.initial_epoch <= epochs && options.start_batch >= 0 &&
+                    options.start_batch <= ds.num_batches(),
+                "Model.train: resume position (epoch ", options.initial_epoch, ", batch ",
+                options.start_batch, ") is outside ", epochs, " epochs of ", ds.num_batches(), " batches");
+  amp::TrainOneStepCell& step = train_network();
+  network_.set_train(true);
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  RunContext ctx;
+  ctx.epochs = epochs;
+  ctx.steps_per_epoch = ds.num_batches();
+  ctx.batch_size = ds.batch_size();
+  ctx.global_step = global_step_;
+  ctx.model = this;
+  for (auto& cb : callbacks) cb->on_train_begin(ctx);
+  for (int64_t e = options.initial_epoch; e < epochs && !ctx.stop_requested; ++e) {
+    ctx.epoch = e;
+    const auto te = clock::now();
+    for (auto& cb : callbacks) cb->on_epoch_begin(ctx);
+    const int64_t first = e == options.initial_epoch ? options.start_batch : 0;
+    for (const dataset::Batch& batch : ds.epoch(e, first)) {
+      (void)step(batch.image, batch.label);
+      ++global_step_;
+      ctx.step = step.last_step();
+      ctx.step_in_epoch = batch.index + 1;
+      ctx.global_step = global_step_;
+      ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - te).count();
+      ctx.train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+      next_epoch_ = batch.index + 1 == ds.num_batches() ? e + 1 : e;
+      next_batch_ = batch.index + 1 == ds.num_batches() ? 0 : batch.index + 1;
+      for (auto& cb : callbacks) cb->on_step_end(ctx);
+      if (options.max_steps >= 0 && global_step_ >= options.max_steps) ctx.stop_requested = true;
+      if (ctx.stop_requested) break;
+    }
+    ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - te).count();
+    for (auto& cb : callbacks) cb->on_epoch_end(ctx);
+  }
+  ctx.train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  for (auto& cb : callbacks) cb->on_train_end(ctx);
+}
+
+std::map<std::string, double> Model::eval(const dataset::Dataset& ds) {
+  MIXPREC_CHECK(!options_.metrics.empty(), "Model.eval: no metrics were given",
+                Hint{"pass {.metrics = {{\"Accuracy\", nn::Accuracy()}}} to the Model"});
+  bool needs_loss = false;
+  for (auto& [name, m] : options_.metrics) {
+    m->clear();
+    needs_loss |= m->needs_loss();
+  }
+  const bool was_training = network_.training();
+  network_.set_train(false);
+  NoGradGuard ng;
+  for (const dataset::Batch& batch : ds.epoch(0)) {
+    Tensor logits = network_(batch.image);
+    if (logits.dtype() != DType::f32) logits = logits.astype(DType::f32);
+    const Tensor loss = needs_loss ? loss_fn_(logits, batch.label) : Tensor();
+    const Tensor mean_loss = loss.defined() && loss.numel() > 1 ? ops::mean(loss) : loss;
+    for (auto& [name, m] : options_.metrics) m->update(logits, batch.label, mean_loss);
+  }
+  network_.set_train(was_training);
+  std::map<std::string, double> out;
+  for (auto& [name, m] : options_.metrics) out[name] = m->eval();
+  return out;
+}
+
+Tensor Model::predict(const Tensor& x) {
+  const bool was_training = network_.training();
+  network_.set_train(false);
+  NoGradGuard ng;
+  Tensor out = network_(x);
+  network_.set_train(was_training);
+  return out.dtype() == DType::f32 ? out : out.astype(DType::f32);
+}
+
+}  // namespace mixprec::train

@@ -1,0 +1,88 @@
+// Parsing helpers shared by the CLI commands (see train_common.h).
+#include "train_common.h"
+
+#include <omp.h>
+
+#include <sstream>
+
+#include "mixprec/error.h"
+
+namespace mixprec::cli {
+
+static double parse_number(const std::string& s, const std::string& what) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(s, &used);
+    MIXPREC_CHECK(used == s.size(), "");
+    return v;
+  } catch (...) {
+    MIXPREC_CHECK(false, what, ": '", s, "' is not a number");
+  }
+  return 0;
+}
+
+std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std::string& spec) {
+  const auto colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  const char* valid = "none, fixed:S, fixed-drop:S, dynamic, dynamic:INIT,FACTOR,WINDOW, dynamic-torch, default";
+  if (kind == "default" && arg.empty()) return std::nullopt;
+  if (kind == "none" && arg.empty()) return std::shared_ptr<amp::LossScaleManager>();
+  if (kind == "fixed" || kind == "fixed-drop") {
+    MIXPREC_CHECK(!arg.empty(), "--loss-scale ", spec, ": expected a scale, e.g. ", kind, ":1024");
+    return std::make_shared<amp::FixedLossScaleManager>(parse_number(arg, "--loss-scale"),
+                                                        amp::FixedLossScaleOptions{.drop_overflow_update = kind == "fixed-drop"});
+  }
+  if (kind == "dynamic-torch" && arg.empty()) return amp::DynamicLossScaleManager::pytorch_defaults();
+  if (kind == "dynamic") {
+    if (arg.empty()) return std::make_shared<amp::DynamicLossScaleManager>();
+    std::vector<std::string> parts;
+    std::stringstream ss(arg);
+    for (std::string p; std::getline(ss, p, ',');) parts.push_back(p);
+    MIXPREC_CHECK(parts.size() == 3, "--loss-scale ", spec, ": expected dynamic:INIT,FACTOR,WINDOW, e.g. dynamic:65536,2,2000");
+    return std::make_shared<amp::DynamicLossScaleManager>(parse_number(parts[0], "--loss-scale init"),
+                                                          parse_number(parts[1], "--loss-scale factor"),
+                                                          static_cast<int64_t>(parse_number(parts[2], "--loss-scale window")));
+  }
+  MIXPREC_CHECK(false, "--loss-scale: unknown value '", spec, "'; valid: ", valid);
+  return std::nullopt;
+}
+
+DType parse_low_dtype(const std::string& s) {
+  const auto d = parse_dtype(s);
+  MIXPREC_CHECK(d && (*d == DType::f16 || *d == DType::bf16), "--dtype: unknown value '", s,
+                "'; valid: f16, bf16", Hint{"bf16 is the fast type on this CPU; f16 is emulated exactly"});
+  return *d;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& s, std::vector<Tensor> params) {
+  optim::LearningRate lr = s.lr;
+  if (s.schedule == "cosine") {
+    MIXPREC_CHECK(s.total_steps > 0, "--lr-schedule cosine needs the total number of steps");
+    lr = optim::LearningRate::cosine(s.lr, std::max<int64_t>(1, s.total_steps - s.warmup_steps));
+  } else if (s.schedule == "step") {
+    lr = optim::LearningRate::step_decay(s.lr, std::max<int64_t>(1, s.total_steps / 3), 0.1);
+  } else {
+    MIXPREC_CHECK(s.schedule == "constant", "--lr-schedule: unknown value '", s.schedule,
+                  "'; valid: constant, cosine, step");
+  }
+  if (s.warmup_steps > 0) lr = lr.with_warmup(s.warmup_steps);
+  if (s.name == "momentum") return std::make_unique<optim::Momentum>(std::move(params), lr, s.momentum, s.weight_decay);
+  if (s.name == "sgd") return std::make_unique<optim::SGD>(std::move(params), lr, s.weight_decay);
+  if (s.name == "adam") return std::make_unique<optim::Adam>(std::move(params), lr, 0.9, 0.999, 1e-8, s.weight_decay);
+  if (s.name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), lr, 0.9, 0.999, 1e-8, s.weight_decay);
+  MIXPREC_CHECK(false, "--optimizer: unknown value '", s.name, "'; valid: momentum, sgd, adam, adamw");
+  return nullptr;
+}
+
+dataset::Dataset standard_pipeline(dataset::Dataset ds) {
+  return ds.map(dataset::transforms::rescale(1.0 / 255.0, 0.0)).map(dataset::transforms::normalize(0.2860, 0.3530));
+}
+
+int set_threads(int threads) {
+  MIXPREC_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
+  if (threads > 0) omp_set_num_threads(threads);
+  return omp_get_max_threads();
+}
+
+}  // namespace mixprec::cli

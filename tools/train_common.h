@@ -1,0 +1,39 @@
+// Shared pieces of the train / eval / bench commands: parsing of --amp-level, --dtype,
+// --loss-scale and --optimizer values into library objects, with errors that list the valid
+// choices, and the standard Fashion-MNIST preprocessing.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mixprec/amp/amp.h"
+#include "mixprec/data/dataset.h"
+#include "mixprec/optim/optimizer.h"
+
+namespace mixprec::cli {
+
+// "none" | "fixed:S" | "fixed-drop:S" | "dynamic" | "dynamic:init,factor,window" | "dynamic-torch".
+// "default" gives the level's default (nullopt).
+std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std::string& spec);
+
+DType parse_low_dtype(const std::string& s);  // f16 | bf16
+
+struct OptimizerSpec {
+  std::string name = "momentum";
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  std::string schedule = "constant";  // constant | cosine | step
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;            // for cosine
+};
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Tensor> params);
+
+// Fashion-MNIST mean/std normalisation (0.2860, 0.3530) after rescaling to [0, 1].
+dataset::Dataset standard_pipeline(dataset::Dataset ds);
+
+// --threads: sets OpenMP's thread count (0 keeps the default); returns the count in use.
+int set_threads(int threads);
+
+}  // namespace mixprec::cli
