@@ -1,0 +1,229 @@
+// AMP levels, checked on what actually ran: every op executed in simplenet, convnet-bn and
+// resnet-small is recorded (ops/autocast.h OpRecorder) and its compute dtype compared with the
+// DESIGN.md table for O0/O1/O2/O3/auto in bf16 and f16. Also: BatchNorm fp32 at O2 but not O3,
+// fp32 master-weight gradients, cast-cache invalidation by an optimizer step, to_float winning
+// over the level, lists and error messages.
+#include <gtest/gtest.h>
+
+#include "mixprec/mixprec.h"
+#include "test_util.h"
+
+namespace mixprec {
+namespace {
+
+// The compute dtype DESIGN.md prescribes, or nullopt where it is "the input dtype".
+std::optional<DType> expected_compute(OpId op, AmpLevel level, DType low, bool keep_bn) {
+  const OpInfo& info = op_info(op);
+  const bool norm = info.kind == OpKind::norm;
+  switch (level) {
+    case AmpLevel::O0: return DType::f32;
+    case AmpLevel::O1: return info.policy == AmpPolicy::to_low ? low : DType::f32;
+    case AmpLevel::O2:
+      if (norm) return keep_bn ? DType::f32 : low;
+      return info.policy == AmpPolicy::to_fp32 ? DType::f32 : low;
+    case AmpLevel::O3: return norm && keep_bn ? DType::f32 : low;
+    case AmpLevel::auto_:
+      if (info.policy == AmpPolicy::to_low) return low;
+      if (info.policy == AmpPolicy::to_fp32) return DType::f32;
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::vector<OpRecord> run_recorded(nn::Cell& net, const Tensor& x) {
+  std::vector<OpRecord> rec;
+  OpRecorder r(&rec);
+  (void)net(x);
+  return rec;
+}
+
+struct Case {
+  const char* level;
+  DType low;
+};
+
+TEST(AmpLevels, EveryExecutedOpRunsInTheDesignDtype) {
+  const Tensor x = testing::random({2, 1, 28, 28}, 1, DType::f32);
+  for (const char* model : {"simplenet", "convnet-bn", "resnet-small"}) {
+    for (const char* level : {"O0", "O1", "O2", "O3", "auto"}) {
+      for (DType low : {DType::bf16, DType::f16}) {
+        manual_seed(0);
+        auto net = nn::make_model(model);
+        const AmpLevel lv = parse_amp_level(level);
+        const bool keep_bn = lv == AmpLevel::O2;
+        amp::auto_mixed_precision(*net, lv, low);
+        const auto records = run_recorded(*net, x);
+        ASSERT_FALSE(records.empty());
+        int compute_ops = 0;
+        for (const OpRecord& r : records) {
+          if (op_info(r.op).kind == OpKind::layout) continue;
+          ++compute_ops;
+          const auto want = expected_compute(r.op, lv, low, keep_bn);
+          const DType in = r.input_dtypes.empty() ? DType::f32 : r.input_dtypes[0];
+          EXPECT_EQ(r.compute_dtype, want.value_or(in))
+              << model << " " << level << "/" << dtype_name(low) << ": " << op_name(r.op) << " in cell '"
+              << r.cell_path << "' ran in " << dtype_name(r.compute_dtype);
+          if (lv == AmpLevel::O1 && op_info(r.op).policy == AmpPolicy::to_low)
+            EXPECT_EQ(r.output_dtype, DType::f32) << "O1 casts white-list outputs back to fp32";
+        }
+        EXPECT_GT(compute_ops, 2);
+      }
+    }
+  }
+}
+
+TEST(AmpLevels, NetworkOutputIsFp32FromO1ToO3) {
+  const Tensor x = testing::random({2, 1, 28, 28}, 2, DType::f32);
+  for (const char* level : {"O0", "O1", "O2", "O3"}) {
+    auto net = nn::make_model("lenet");
+    amp::auto_mixed_precision(*net, level, DType::bf16);
+    NoGradGuard ng;
+    EXPECT_EQ((*net)(x).dtype(), DType::f32) << level;
+  }
+  auto net = nn::make_model("lenet");
+  amp::auto_mixed_precision(*net, "auto", DType::bf16);
+  NoGradGuard ng;
+  EXPECT_EQ((*net)(x).dtype(), DType::bf16) << "auto leaves the output low; the loss wrapper casts it";
+}
+
+TEST(AmpLevels, BatchNormStaysFp32AtO2ButNotAtO3) {
+  const Tensor x = testing::random({2, 1, 28, 28}, 3, DType::f32);
+  for (const char* level : {"O2", "O3"}) {
+    auto net = nn::make_model("convnet-bn");
+    amp::auto_mixed_precision(*net, level, DType::bf16);
+    int seen = 0;
+    for (const OpRecord& r : run_recorded(*net, x)) {
+      if (r.op != OpId::batch_norm) continue;
+      ++seen;
+      const DType want = std::string(level) == "O2" ? DType::f32 : DType::bf16;
+      EXPECT_EQ(r.compute_dtype, want) << level;
+      for (DType w : r.weight_dtypes) EXPECT_EQ(w, want) << level << " gamma/beta";
+      EXPECT_EQ(r.output_dtype, DType::bf16) << level << ": activations stay low";
+    }
+    EXPECT_EQ(seen, 2);
+  }
+  // keep_batchnorm_fp32 = true at O3 brings it back.
+  auto net = nn::make_model("convnet-bn");
+  amp::auto_mixed_precision(*net, AmpLevel::O3, DType::bf16, true);
+  for (const OpRecord& r : run_recorded(*net, x))
+    if (r.op == OpId::batch_norm) EXPECT_EQ(r.compute_dtype, DType::f32);
+}
+
+TEST(AmpLevels, MasterWeightGradientsAreFp32) {
+  for (const char* level : {"O1", "O2", "O3", "auto"}) {
+    manual_seed(0);
+    auto net = nn::make_model("convnet-bn");
+    amp::auto_mixed_precision(*net, level, DType::bf16);
+    Tensor out = (*net)(testing::random({4, 1, 28, 28}, 4, DType::f32));
+    ops::sum(out.astype(DType::f32)).backward();
+    for (auto& [name, p] : net->parameters_and_names()) {
+      ASSERT_TRUE(p.grad().defined()) << level << " " << name;
+      EXPECT_EQ(p.grad().dtype(), DType::f32) << level << " " << name;
+      EXPECT_EQ(p.dtype(), DType::f32) << level << " " << name;
+    }
+  }
+}
+
+TEST(AmpLevels, OptimizerStepInvalidatesTheCastCache) {
+  manual_seed(0);
+  nn::Dense d(4, 3);
+  amp::auto_mixed_precision(d, "O1", DType::bf16);
+  nn::AmpConfig* cfg = d.mutable_amp_config();
+  ASSERT_NE(cfg, nullptr);
+  const Tensor x = testing::random({2, 4}, 5, DType::f32);
+  // Two uses of the weight inside one call hit the cache; a write after the call is seen.
+  Tensor y1 = d(x);
+  optim::SGD opt(d.trainable_params(), 1.0);
+  ops::sum(y1).backward();
+  opt.step();
+  Tensor y2;
+  {
+    NoGradGuard ng;
+    y2 = d(x);
+  }
+  Tensor expect;
+  {
+    NoGradGuard ng;
+    expect = ops::linear(x.astype(DType::bf16), d.weight.astype(DType::bf16), d.bias.astype(DType::bf16)).astype(DType::f32);
+  }
+  EXPECT_TRUE(testing::all_close(y2, expect, {0, 0})) << "the forward after the step must use the new weights";
+  EXPECT_FALSE(testing::all_close(y1.detach(), y2, {1e-3, 0}));
+}
+
+TEST(AmpLevels, CastCacheReusesOneCastPerStep) {
+  manual_seed(0);
+  struct Twice : nn::Cell {
+    nn::Dense d{4, 4};
+    Twice() { register_cell("d", d); }
+    Tensor construct(const Tensor& x) override { return d(d(x)); }
+  } net;
+  amp::auto_mixed_precision(net, "O1", DType::bf16);
+  const int64_t misses_before = net.mutable_amp_config()->cache->misses();
+  (void)net(testing::random({2, 4}, 6, DType::f32));
+  const CastCache& cache = *net.mutable_amp_config()->cache;
+  EXPECT_EQ(cache.misses() - misses_before, 2) << "weight and bias cast once";
+  EXPECT_EQ(cache.hits(), 2) << "and reused by the second call";
+}
+
+TEST(AmpLevels, ToFloatOnASubCellWinsOverTheLevel) {
+  manual_seed(0);
+  auto net = nn::make_model("lenet");
+  auto& seq = dynamic_cast<nn::SequentialCell&>(*net);
+  seq[0].to_float(DType::f32);  // the first conv stays fp32 at O2
+  amp::auto_mixed_precision(*net, "O2", DType::bf16);
+  bool saw_first = false;
+  for (const OpRecord& r : run_recorded(*net, testing::random({2, 1, 28, 28}, 7, DType::f32))) {
+    if (r.cell_path == "0" && r.op == OpId::conv2d) {
+      saw_first = true;
+      EXPECT_EQ(r.compute_dtype, DType::f32);
+    } else if (r.cell_path == "2" && r.op == OpId::conv2d) {
+      EXPECT_EQ(r.compute_dtype, DType::bf16);
+    }
+  }
+  EXPECT_TRUE(saw_first);
+}
+
+TEST(AmpLevels, ListsAndErrors) {
+  const auto white = amp::get_white_list();
+  const auto black = amp::get_black_list();
+  for (const char* n : {"conv2d", "linear", "matmul", "relu"})
+    EXPECT_NE(std::find(white.begin(), white.end(), n), white.end()) << n;
+  for (const char* n : {"batch_norm", "layer_norm", "softmax", "log_softmax", "exp", "sum", "softmax_cross_entropy"})
+    EXPECT_NE(std::find(black.begin(), black.end(), n), black.end()) << n;
+  try {
+    parse_amp_level("O4");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("O0, O1, O2, O3, auto"), std::string::npos);
+  }
+  nn::Dense d(2, 2);
+  EXPECT_THROW(amp::custom_mixed_precision(d, {}), Error);
+  EXPECT_THROW(amp::custom_mixed_precision(d, {.white_list = {"conv9d"}}), Error);
+}
+
+TEST(AmpLevels, CustomWhiteListCastsOnlyThoseOps) {
+  manual_seed(0);
+  auto net = nn::make_model("lenet");
+  amp::custom_mixed_precision(*net, {.white_list = {"Dense"}}, DType::bf16);
+  for (const OpRecord& r : run_recorded(*net, testing::random({2, 1, 28, 28}, 8, DType::f32))) {
+    if (r.op == OpId::linear) EXPECT_EQ(r.compute_dtype, DType::bf16);
+    if (r.op == OpId::conv2d) EXPECT_EQ(r.compute_dtype, DType::f32);
+  }
+}
+
+TEST(AmpLevels, PrecisionTableShowsWhatRan) {
+  manual_seed(0);
+  auto net = nn::make_model("convnet-bn");
+  amp::auto_mixed_precision(*net, "O2", DType::bf16);
+  const auto rows = amp::precision_table(*net, testing::random({2, 1, 28, 28}, 9, DType::f32));
+  bool conv = false, bn = false;
+  for (const auto& r : rows) {
+    if (r.type == "Conv2d") { conv = true; EXPECT_EQ(r.compute, "bf16"); EXPECT_EQ(r.weights, "bf16"); EXPECT_EQ(r.output, "bf16"); }
+    if (r.type == "BatchNorm2d") { bn = true; EXPECT_EQ(r.compute, "f32"); EXPECT_EQ(r.weights, "f32"); EXPECT_EQ(r.output, "bf16"); }
+  }
+  EXPECT_TRUE(conv && bn);
+  EXPECT_NE(amp::format_precision_table(rows).find("BatchNorm2d"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mixprec
