@@ -16,5 +16,7 @@ struct Command {
 
 Command register_info(CLI::App& app);
 Command register_train(CLI::App& app);
+Command register_eval(CLI::App& app);
+Command register_inspect(CLI::App& app);
 
 }  // namespace mixprec::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", MIXPREC_VERSION);
   const std::vector<mixprec::cli::Command> commands{
       mixprec::cli::register_train(app),
+      mixprec::cli::register_eval(app),
+      mixprec::cli::register_inspect(app),
       mixprec::cli::register_info(app),
   };
   try {
