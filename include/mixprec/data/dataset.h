@@ -1,0 +1,190 @@
+// The dataset pipeline, in the seed's MindSpore vocabulary:
+//   auto ds = MnistDataset(dir, {.usage = "train"}).map(transforms::rescale(1.0 / 255, 0))
+//                 .map(transforms::normalize(0.2860, 0.3530)).shuffle(seed).batch(64, true);
+//   for (const Batch& b : ds.epoch(e)) ...  // or ds.iterator(epoch, start_batch)
+// A Dataset is an immutable value describing a pipeline over a shared, read-only Source; each
+// call returns a new description. Execution order is fixed whatever the call order: sample
+// order (file order, or the (seed, epoch) permutation) -> batch -> maps, in the order given.
+// Resume invariant: iterator(e, k) yields exactly the batches k, k+1, ... that iterator(e, 0)
+// yields after skipping k, on every machine and thread count. Depends on the core layer only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mixprec/data/transforms.h"
+#include "mixprec/shape.h"
+#include "mixprec/tensor.h"
+
+namespace mixprec::dataset {
+
+// Where Debian's dataset-fashion-mnist package puts the files.
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+inline constexpr std::array<std::string_view, 10> kFashionMnistClasses = {
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+
+// One batch. Tensors are fresh per batch (never reused buffers), so a Batch may be kept.
+struct Batch {
+  Tensor image;       // [B, C, H, W]: u8 as stored; f32 after rescale / normalize
+  Tensor label;       // [B], i32 (unless a map on "label" changes it)
+  int64_t epoch = 0;  // the epoch whose sample order it came from
+  int64_t index = 0;  // its index in that epoch: resume after it with iterator(epoch, index + 1)
+  int64_t size() const { return label.defined() ? label.size(0) : 0; }
+};
+
+// Where samples come from. Sample i (0 <= i < size()) is a u8 image of sample_shape() and an
+// int32 label. gather() is called from the prefetch thread, concurrently with other const
+// calls: implementations must be immutable after construction.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual int64_t size() const = 0;
+  virtual Shape sample_shape() const = 0;  // e.g. {1, 28, 28}
+  virtual std::string describe() const = 0;
+  // Writes samples `indices` (each in [0, size())) contiguously: images gets
+  // indices.size() * numel(sample_shape()) bytes, labels indices.size() values.
+  virtual void gather(std::span<const int64_t> indices, uint8_t* images, int32_t* labels) const = 0;
+};
+
+class Dataset;
+
+// A move-only C++20 input iterator over the batches of one epoch. It owns the prefetch thread,
+// which prepares up to `prefetch` batches ahead into a bounded queue; destroying the iterator
+// early stops and joins the thread. An exception thrown while preparing batch k is rethrown by
+// the access to batch k (and every later access), after batches < k were delivered normally.
+class BatchIterator {
+ public:
+  using value_type = Batch;
+  using difference_type = std::ptrdiff_t;
+  using iterator_concept = std::input_iterator_tag;
+
+  BatchIterator();  // an empty iterator (equal to the sentinel)
+  BatchIterator(BatchIterator&&) noexcept;
+  BatchIterator& operator=(BatchIterator&&) noexcept;
+  ~BatchIterator();
+
+  // The current batch; waits for it if the prefetch thread has not finished it yet.
+  const Batch& operator*() const;
+  const Batch* operator->() const { return &**this; }
+  BatchIterator& operator++();
+  void operator++(int) { ++*this; }
+  friend bool operator==(const BatchIterator& it, std::default_sentinel_t) { return it.done(); }
+
+  bool done() const;
+  int64_t epoch() const;
+  int64_t position() const;  // index of the current batch; num_batches() once done
+
+ private:
+  friend class Dataset;
+  struct State;
+  explicit BatchIterator(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// `for (const Batch& b : ds.epoch(e, k))`: batches k, k+1, ... of epoch e.
+class EpochRange;
+
+class Dataset {
+ public:
+  explicit Dataset(std::shared_ptr<const Source> source);
+
+  // Appends a transform on "image" or "label" (MindSpore's input_columns).
+  Dataset map(Transform transform, std::string_view input_column = "image") const;
+  // Shuffles samples: epoch e uses a permutation derived from (seed, e) alone.
+  Dataset shuffle(uint64_t seed) const;
+  // Batches of batch_size; the last one is smaller unless drop_remainder drops it.
+  Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+  // Batches prepared ahead by a background thread (default 2); 0 prepares them on demand.
+  Dataset prefetch(int depth) const;
+
+  int64_t num_samples() const;
+  int64_t num_batches() const;
+  int64_t get_dataset_size() const { return num_batches(); }  // MindSpore's name
+  int64_t batch_size() const { return batch_size_; }
+  bool drop_remainder() const { return drop_remainder_; }
+  std::optional<uint64_t> shuffle_seed() const { return shuffle_seed_; }
+  const Source& source() const { return *source_; }
+
+  // The sample indices of epoch e in order (identity without shuffle).
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+  // Batch `index` of epoch `epoch`, prepared on the calling thread (O(num_samples) to order).
+  Batch get_batch(int64_t epoch, int64_t index) const;
+  // Batches start_batch, start_batch + 1, ... of `epoch`; start_batch may equal num_batches().
+  BatchIterator iterator(int64_t epoch = 0, int64_t start_batch = 0) const;
+  EpochRange epoch(int64_t epoch, int64_t start_batch = 0) const;
+  // Epoch 0, for `for (const Batch& b : ds)`.
+  BatchIterator begin() const { return iterator(0, 0); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  friend struct BatchIterator::State;
+  struct MapStep {
+    Transform transform;
+    bool on_label;
+  };
+  // Builds batch `index` from the sample order (`order` null: identity).
+  Batch make_batch(const std::vector<int64_t>* order, int64_t epoch, int64_t index) const;
+
+  std::shared_ptr<const Source> source_;
+  std::vector<MapStep> maps_;
+  std::optional<uint64_t> shuffle_seed_;
+  int64_t batch_size_ = 1;
+  bool drop_remainder_ = false;
+  int prefetch_ = 2;
+};
+
+class EpochRange {
+ public:
+  EpochRange(Dataset dataset, int64_t epoch, int64_t start_batch)
+      : dataset_(std::move(dataset)), epoch_(epoch), start_(start_batch) {}
+  BatchIterator begin() const { return dataset_.iterator(epoch_, start_); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  Dataset dataset_;
+  int64_t epoch_;
+  int64_t start_;
+};
+
+// ------------------------------------------------------------------ sources
+
+struct MnistOptions {
+  std::string usage = "train";  // "train", "test" or "all" (train, then test)
+  // The first N samples in file order (clipped to the split's size); all when unset.
+  std::optional<int64_t> num_samples = std::nullopt;
+  int num_classes = 10;  // every label must be < num_classes
+};
+
+// MNIST or Fashion-MNIST from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte, each raw or
+// .gz (the raw file wins when both exist). All samples are kept in memory as u8 (~55 MB for
+// "all"); those bytes are not counted by the tensor allocator's memory statistics.
+class MnistDataset : public Dataset {
+ public:
+  explicit MnistDataset(const std::filesystem::path& dir = kFashionMnistDir,
+                        MnistOptions options = {});
+};
+
+struct SyntheticOptions {
+  int64_t num_samples = 1024;
+  Shape image_shape = {1, 28, 28};  // per sample: [C, H, W]
+  int num_classes = 10;
+  uint64_t seed = 0;
+};
+
+// Random u8 images and labels in [0, num_classes), computed on the fly from (seed, index) with
+// the counter-based Generator: no memory held, identical everywhere. For benchmarks and tests.
+class SyntheticDataset : public Dataset {
+ public:
+  explicit SyntheticDataset(SyntheticOptions options = {});
+};
+
+}  // namespace mixprec::dataset
