@@ -19,6 +19,7 @@
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/data/dataset.h"
+#include "mixprec/data/idx.h"
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/nn/cell.h"
 #include "mixprec/nn/init.h"
