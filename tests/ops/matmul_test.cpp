@@ -89,9 +89,13 @@ TEST(Matmul, TransposedAndStridedOperands) {
   ASSERT_FALSE(at.is_contiguous());
   EXPECT_TRUE(testing::all_close(ops::matmul(at, bt), expect));
   // Every other column of a wider matrix: neither dim has unit stride.
-  const Tensor wide = random({9, 8}, 32, DType::f32);
-  const Tensor cols = wide.slice(1, 0, 8, 2);
-  EXPECT_TRUE(testing::all_close(ops::matmul(a, cols), ops::matmul(a, cols.contiguous())));
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    const Tensor wide = random({9, 8}, 32, d);
+    const Tensor cols = wide.slice(1, 0, 8, 2);
+    const Tensor ad = a.astype(d), adt = at.astype(d).transpose(0, 1).contiguous().transpose(0, 1);
+    EXPECT_TRUE(testing::all_close(ops::matmul(ad, cols), ops::matmul(ad, cols.contiguous()))) << dtype_name(d);
+    EXPECT_TRUE(testing::all_close(ops::matmul(adt, cols), ops::matmul(ad, cols.contiguous()))) << dtype_name(d);
+  }
   // Batched operands with permuted batch/matrix dims.
   const Tensor p = random({4, 3, 5}, 33, DType::bf16).permute({1, 2, 0});  // [3, 5, 4]
   const Tensor q = random({3, 4, 6}, 34, DType::bf16);
