@@ -48,7 +48,7 @@ Tensor run_matmul(OpId op, std::string_view phase, const Tensor& a, const Tensor
   const size_t nd = a.shape().size();
   MIXPREC_ASSERT(nd >= 2 && b.shape().size() == nd, "run_matmul: ranks ", nd, " and ", b.dim());
   Shape out_shape(nd);
-  for (size_t d = 0; d + 2 < nd; ++d) out_shape[d] = std::max(a.shape()[d], b.shape()[d]);
+  for (size_t d = 0; d + 2 < nd; ++d) out_shape[d] = a.shape()[d] == 1 ? b.shape()[d] : a.shape()[d];
   out_shape[nd - 2] = a.shape()[nd - 2];
   out_shape[nd - 1] = b.shape()[nd - 1];
   MatmulProblem p{as_operand(a), as_operand(b), bias, Tensor::empty(out_shape, {.dtype = out_dtype, .device = a.device()}), relu};

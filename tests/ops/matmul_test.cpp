@@ -172,6 +172,7 @@ TEST(Matmul, EmptyDims) {
   EXPECT_EQ(z.shape(), (Shape{3, 4}));
   EXPECT_EQ(testing::max_abs(z), 0.0);
   EXPECT_EQ(ops::matmul(random({0, 5}, 1, DType::f32), random({5, 4}, 2, DType::f32)).shape(), (Shape{0, 4}));
+  EXPECT_EQ(ops::matmul(random({1, 2, 5}, 1, DType::f32), random({0, 5, 4}, 2, DType::f32)).shape(), (Shape{0, 2, 4}));
 }
 
 TEST(Matmul, ShapeErrorsNameTheShapes) {
