@@ -1,0 +1,244 @@
+// matmul and linear, forward and backward side by side. Both reduce to MatmulProblem
+// (ref/matmul.h) and dispatch it: oneDNN (f32, bf16), f16_via_f32, then the reference.
+// Transposed operands (W^T in linear, b^T and a^T in backward) are strided views, never copies.
+// Accumulation is f32 for f32/f16/bf16 (f64 for f64); linear's weight and bias gradients are
+// produced directly in acc_dtype (f32 for bf16/f16), unrounded, for the fp32 master weights.
+#include "dispatch.h"
+#include "mixprec/version.h"
+#include "op_common.h"
+#include "elementwise_kernels.h"
+#include "ref/matmul.h"
+#if MIXPREC_WITH_ONEDNN
+#include "onednn/matmul.h"
+#endif
+
+namespace mixprec::ops {
+using namespace detail;
+
+namespace {
+
+std::string ref_accepts(const MatmulProblem&) { return ""; }
+
+constexpr Impl<MatmulProblem> kMatmulImpls[] = {
+#if MIXPREC_WITH_ONEDNN
+    {"onednn", Device::Type::cpu, onednn::matmul_declines, onednn::matmul_run},
+    {"f16_via_f32", Device::Type::cpu, onednn::matmul_f16_via_f32_declines,
+     onednn::matmul_f16_via_f32_run},
+#endif
+    {"ref", Device::Type::cpu, ref_accepts, matmul_ref},
+};
+
+// A matrix operand every implementation takes: one of the two matrix dims has unit stride and
+// the other steps over it (row- or column-major), batch dims have positive strides. Anything
+// else (a broadcast stride 0, overlapping rows) is packed first.
+Tensor as_operand(const Tensor& t) {
+  const Shape& s = t.shape();
+  const Strides& st = t.strides();
+  const size_t r = s.size() - 2, c = s.size() - 1;
+  const bool row_major = (s[c] == 1 || st[c] == 1) && (s[r] == 1 || st[r] >= s[c]);
+  const bool col_major = (s[r] == 1 || st[r] == 1) && (s[c] == 1 || st[c] >= s[r]);
+  bool ok = row_major || col_major;
+  for (size_t d = 0; d < r; ++d) ok = ok && (s[d] == 1 || st[d] > 0);
+  return ok ? t : t.contiguous();
+}
+
+// out = relu?(a @ b + bias) for a, b of equal rank >= 2 whose batch dims broadcast.
+Tensor run_matmul(OpId op, std::string_view phase, const Tensor& a, const Tensor& b,
+                  const Tensor& bias, bool relu, DType out_dtype) {
+  const size_t nd = a.shape().size();
+  MIXPREC_ASSERT(nd >= 2 && b.shape().size() == nd, "run_matmul: ranks ", nd, " and ", b.dim());
+  Shape out_shape(nd);
+  for (size_t d = 0; d + 2 < nd; ++d) out_shape[d] = a.shape()[d] == 1 ? b.shape()[d] : a.shape()[d];
+  out_shape[nd - 2] = a.shape()[nd - 2];
+  out_shape[nd - 1] = b.shape()[nd - 1];
+  MatmulProblem p{as_operand(a), as_operand(b), bias, Tensor::empty(out_shape, {.dtype = out_dtype, .device = a.device()}), relu};
+  dispatch<MatmulProblem>(op, phase, kMatmulImpls, p);
+  return p.out;
+}
+
+// True if t's batch dims and its row dim merge into one dim (a [B.., M, K] -> [B..*M, K] view).
+bool rows_merge(const Tensor& t) {
+  const Shape& s = t.shape();
+  const Strides& st = t.strides();
+  const size_t r = s.size() - 2;
+  int64_t expect = st[r] * s[r];
+  for (size_t d = r; d-- > 0;) {
+    if (s[d] == 1) continue;
+    if (st[d] != expect) return false;
+    expect = st[d] * s[d];
+  }
+  return true;
+}
+
+int64_t batch_numel(const Shape& s) { return shape_numel(Shape(s.begin(), s.end() - 2)); }
+
+// [B.., M, K] -> [B..*M, K] (a view; rows_merge(t) must hold).
+Tensor merge_rows(const Tensor& t) {
+  const Shape& s = t.shape();
+  return t.view({shape_numel(s) / s.back(), s.back()});
+}
+
+// a @ b with a, b of equal rank; when b has no batch (all 1) a's rows merge into one GEMM.
+Tensor mm(OpId op, std::string_view phase, const Tensor& a, const Tensor& b, DType out_dtype) {
+  const size_t nd = a.shape().size();
+  if (nd > 2 && batch_numel(b.shape()) == 1 && batch_numel(a.shape()) > 1 && rows_merge(a)) {
+    Shape out_shape(a.shape().begin(), a.shape().end() - 1);
+    out_shape.push_back(b.shape().back());
+    const Tensor b2 = b.view({b.shape()[nd - 2], b.shape()[nd - 1]});
+    return run_matmul(op, phase, merge_rows(a), b2, {}, false, out_dtype).view(out_shape);
+  }
+  return run_matmul(op, phase, a, b, {}, false, out_dtype);
+}
+
+Tensor transposed(const Tensor& t) { return t.transpose(-2, -1); }
+
+struct MatmulPlan {
+  Shape a_full, b_full, out_full;  // rank nb + 2; 1-D operands promoted, batch padded with 1
+  Shape out_shape;                 // numpy.matmul's result shape (promoted dims removed)
+};
+
+MatmulPlan plan_matmul(const Shape& a, const Shape& b) {
+  MIXPREC_CHECK(!a.empty() && !b.empty(), "matmul: expected operands with at least 1 dim, got ",
+                shape_str(a), " and ", shape_str(b), Hint{"use mul for scalars"});
+  const Shape A = a.size() == 1 ? Shape{1, a[0]} : a;
+  const Shape B = b.size() == 1 ? Shape{b[0], 1} : b;
+  const int64_t K = A.back(), Kb = B[B.size() - 2];
+  MIXPREC_CHECK(K == Kb, "matmul: the inner dims do not match: ", shape_str(a), " x ", shape_str(b),
+                " (", K, " vs ", Kb, ")",
+                Hint{"a's last dim must equal b's second-to-last dim (b's only dim if it is 1-D)"});
+  const Shape batch = broadcast_shapes(Shape(A.begin(), A.end() - 2), Shape(B.begin(), B.end() - 2), "matmul");
+  MatmulPlan pl;
+  auto pad = [&](const Shape& s) {
+    Shape full(batch.size() + 2 - s.size(), 1);
+    full.insert(full.end(), s.begin(), s.end());
+    return full;
+  };
+  pl.a_full = pad(A);
+  pl.b_full = pad(B);
+  pl.out_full = batch;
+  pl.out_full.push_back(A[A.size() - 2]);
+  pl.out_full.push_back(B.back());
+  pl.out_shape = batch;
+  if (a.size() > 1) pl.out_shape.push_back(A[A.size() - 2]);
+  if (b.size() > 1) pl.out_shape.push_back(B.back());
+  return pl;
+}
+
+// The gradient for an operand whose full shape is `full`: computed in acc dtype when it must
+// still be summed over broadcast batch dims, then summed and shaped like the operand.
+template <class F>
+Tensor operand_grad(const MatmulPlan& pl, const Shape& full, const Shape& shape, DType dt, F product) {
+  const bool reduce = Shape(full.begin(), full.end() - 2) != Shape(pl.out_full.begin(), pl.out_full.end() - 2);
+  Tensor g = product(reduce ? acc_dtype(dt) : dt);
+  if (reduce) g = reduce_to_shape(g, full);
+  return g.reshape(shape);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- matmul
+
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  Prepared p = autocast_inputs(OpId::matmul, {a0, b0});
+  const Tensor& a = p.in[0];
+  const Tensor& b = p.in[1];
+  check_floating("matmul", a, "first operand");
+  check_floating("matmul", b, "second operand");
+  check_same_device("matmul", {&a, &b});
+  const DType dt = promote(a.dtype(), b.dtype());
+  const MatmulPlan pl = plan_matmul(a.shape(), b.shape());
+  const Tensor av = a.detach().astype(dt).reshape(pl.a_full);
+  const Tensor bv = b.detach().astype(dt).reshape(pl.b_full);
+  Tensor out = mm(OpId::matmul, "forward", av, bv, dt).reshape(pl.out_shape);
+  if (graph::needs_grad({&a, &b})) {
+    const bool ga = a.requires_grad(), gb = b.requires_grad();
+    SavedTensor sa(av), sb(bv);
+    const Shape ash = a.shape(), bsh = b.shape();
+    record(OpId::matmul, {a, b}, out, [=](const std::vector<Tensor>& g) {
+      const Tensor gf = g[0].reshape(pl.out_full);
+      const Tensor A = sa.unpack("matmul"), B = sb.unpack("matmul");
+      Tensor da, db;
+      if (ga)  // da = g b^T
+        da = operand_grad(pl, pl.a_full, ash, dt, [&](DType od) {
+          return mm(OpId::matmul, "backward_a", gf, transposed(B), od);
+        });
+      if (gb) {  // db = a^T g; with b unbatched and a's rows mergeable that is one GEMM
+        if (pl.a_full.size() > 2 && batch_numel(pl.b_full) == 1 && rows_merge(A) && rows_merge(gf))
+          db = run_matmul(OpId::matmul, "backward_b", transposed(merge_rows(A)), merge_rows(gf), {},
+                          false, dt).reshape(bsh);
+        else
+          db = operand_grad(pl, pl.b_full, bsh, dt, [&](DType od) {
+            return run_matmul(OpId::matmul, "backward_b", transposed(A), gf, {}, false, od);
+          });
+      }
+      return std::vector<Tensor>{da, db};
+    });
+  }
+  return finish(OpId::matmul, p, out, dt);
+}
+
+// ---------------------------------------------------------------- linear
+
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_floating("linear", x, "input");
+  check_floating("linear", w, "weight");
+  if (bias.defined()) check_floating("linear", bias, "bias");
+  check_same_device("linear", {&x, &w, &bias});
+  MIXPREC_CHECK(w.dim() == 2, "linear: expected a weight of shape [out_features, in_features], got ",
+                shape_str(w.shape()));
+  MIXPREC_CHECK(x.dim() >= 1 && x.shape().back() == w.size(1), "linear: the input ",
+                shape_str(x.shape()), " does not end in in_features = ", w.size(1), " (weight ",
+                shape_str(w.shape()), ")", Hint{"the weight is [out_features, in_features]"});
+  if (bias.defined())
+    MIXPREC_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: expected a bias of shape [",
+                  w.size(0), "], got ", shape_str(bias.shape()));
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activation activation) {
+  Prepared p = autocast_inputs(OpId::linear, {x0, w0, bias0});
+  const Tensor& x = p.in[0];
+  const Tensor& w = p.in[1];
+  const Tensor& bias = p.in[2];
+  check_linear(x, w, bias);
+  DType dt = promote(x.dtype(), w.dtype());
+  if (bias.defined()) dt = promote(dt, bias.dtype());
+  const bool relu = activation == Activation::relu;
+  const int64_t in = w.size(1), out_features = w.size(0);
+  Shape y_shape(x.shape().begin(), x.shape().end() - 1);
+  const int64_t rows = shape_numel(y_shape);
+  y_shape.push_back(out_features);
+  const Tensor x2 = x.detach().astype(dt).reshape({rows, in});  // a view when x allows
+  const Tensor wd = w.detach().astype(dt);
+  const Tensor bd = bias.defined() ? bias.detach().astype(dt) : Tensor();
+  const Tensor y2 = run_matmul(OpId::linear, "forward", x2, wd.transpose(0, 1), bd, relu, dt);
+  Tensor y = y2.view(y_shape);
+  if (graph::needs_grad({&x, &w, &bias})) {
+    const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = bias.defined() && bias.requires_grad();
+    SavedTensor sx(x2), sw(wd), sy(relu ? y2 : Tensor());
+    const Shape x_shape = x.shape();
+    record(OpId::linear, {x, w, bias}, y, [=](const std::vector<Tensor>& g) {
+      Tensor g2 = g[0].reshape({rows, out_features});
+      if (relu)  // the fused relu's gradient: pass where the output is positive
+        g2 = map2(g2, sy.unpack("linear"), g2.dtype(),
+                  [](auto gi, auto yi) { return yi > 0 ? gi : decltype(gi)(0); }, "linear");
+      const DType acc = acc_dtype(dt);
+      Tensor dx, dw, db;
+      if (gx) dx = run_matmul(OpId::linear, "backward_data", g2, sw.unpack("linear"), {}, false, dt).reshape(x_shape);
+      if (gw)
+        dw = run_matmul(OpId::linear, "backward_weights", g2.transpose(0, 1), sx.unpack("linear"), {},
+                        false, acc);
+      if (gb) {
+        db = Tensor::empty({out_features}, {.dtype = acc, .device = g2.device()});
+        sum_rows(g2, db);
+      }
+      return std::vector<Tensor>{dx, dw, db};
+    });
+  }
+  return finish(OpId::linear, p, y, dt);
+}
+
+}  // namespace mixprec::ops

@@ -1,0 +1,125 @@
+// Reference matmul (see matmul.h): per batch, b is widened once into a transposed compute-type
+// panel [N, K]; each output row then loads its a row and takes N sequential dot products in
+// compute_t, adds the bias, applies relu and rounds once into out. Rows are spread over OpenMP
+// threads; one thread owns each output element, so the result is thread-count independent.
+#include "matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "mixprec/convert.h"
+#include "mixprec/error.h"
+
+namespace mixprec::ops {
+
+namespace {
+
+std::string tensor_desc(const Tensor& t) {
+  if (!t.defined()) return "none";
+  std::string s = std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + "{";
+  for (size_t i = 0; i < t.strides().size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(t.strides()[i]);
+  }
+  s += '}';
+  return s;
+}
+
+// Offset (in elements) of batch `bi` of t, whose batch dims are out's or 1.
+int64_t batch_offset(const Tensor& t, const Shape& out_shape, int64_t bi) {
+  int64_t off = 0;
+  const int64_t nb = static_cast<int64_t>(out_shape.size()) - 2;
+  for (int64_t d = nb - 1; d >= 0; --d) {
+    const size_t i = static_cast<size_t>(d);
+    const int64_t idx = bi % out_shape[i];
+    bi /= out_shape[i];
+    if (t.shape()[i] != 1) off += idx * t.strides()[i];
+  }
+  return off;
+}
+
+template <class T>
+void matmul_ref_typed(const MatmulProblem& p) {
+  using C = compute_t<T>;
+  constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
+  const Shape& os = p.out.shape();
+  const size_t nd = os.size();
+  const int64_t M = os[nd - 2], N = os[nd - 1], K = p.a.shape()[nd - 1];
+  const int64_t batches = shape_numel(Shape(os.begin(), os.end() - 2));
+  const int64_t sam = p.a.strides()[nd - 2], sak = p.a.strides()[nd - 1];
+  const int64_t sbk = p.b.strides()[nd - 2], sbn = p.b.strides()[nd - 1];
+  std::vector<C> bias(static_cast<size_t>(N), C(0));
+  if (p.bias.defined()) bias = p.bias.to_vector<C>();
+  const T* abase = static_cast<const T*>(p.a.data_ptr());
+  const T* bbase = static_cast<const T*>(p.b.data_ptr());
+  char* obase = static_cast<char*>(p.out.data_ptr());
+  const size_t osize = p.out.itemsize();
+  const DType odt = p.out.dtype();
+  std::vector<C> panel(static_cast<size_t>(N * K));  // b^T of one batch, widened
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    const T* a = abase + batch_offset(p.a, os, bi);
+    const T* b = bbase + batch_offset(p.b, os, bi);
+#pragma omp parallel for schedule(static) if (N * K > 16384)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        panel[static_cast<size_t>(n * K + k)] = static_cast<C>(load(b[k * sbk + n * sbn]));
+#pragma omp parallel if (M * N * K > 32768)
+    {
+      std::vector<C> arow(static_cast<size_t>(K)), orow(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t k = 0; k < K; ++k) arow[static_cast<size_t>(k)] = static_cast<C>(load(a[m * sam + k * sak]));
+        for (int64_t n = 0; n < N; ++n) {
+          const C* col = panel.data() + n * K;
+          C acc = 0;
+          for (int64_t k = 0; k < K; ++k) acc += arow[static_cast<size_t>(k)] * col[k];
+          acc += bias[static_cast<size_t>(n)];
+          if (p.relu && !(acc > 0)) acc = 0;
+          orow[static_cast<size_t>(n)] = acc;
+        }
+        convert_row(orow.data(), cdt, obase + static_cast<size_t>((bi * M + m) * N) * osize, odt, N);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string MatmulProblem::describe() const {
+  return tensor_desc(a) + " x " + tensor_desc(b) + (bias.defined() ? " + " + tensor_desc(bias) : "") +
+         " -> " + tensor_desc(out) + (relu ? " relu" : "");
+}
+
+void matmul_ref(const MatmulProblem& p) {
+  MIXPREC_ASSERT(p.a.dtype() == p.b.dtype(), "matmul_ref: operand dtypes differ");
+  MIXPREC_ASSERT(p.out.is_contiguous(), "matmul_ref: out must be contiguous");
+  if (p.out.numel() == 0) return;
+  visit_float(p.a.dtype(), [&]<class T>() { matmul_ref_typed<T>(p); });
+}
+
+void sum_rows(const Tensor& g, Tensor& out) {
+  MIXPREC_ASSERT(g.dim() == 2 && out.dim() == 1 && out.size(0) == g.size(1) && out.is_contiguous(),
+                 "sum_rows: expected g [R, C] and a contiguous out [C]");
+  const int64_t R = g.size(0), C = g.size(1);
+  const int64_t sr = g.strides()[0], sc = g.strides()[1];
+  constexpr int64_t kCols = 256;  // columns per task
+  const int64_t tasks = (C + kCols - 1) / kCols;
+  visit_float(g.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    constexpr DType adt = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+    const T* gb = static_cast<const T*>(g.data_ptr());
+    char* ob = static_cast<char*>(out.data_ptr());
+#pragma omp parallel for schedule(static) if (R * C > 32768)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t c0 = t * kCols, n = std::min(kCols, C - c0);
+      A acc[kCols] = {};
+      for (int64_t r = 0; r < R; ++r) {
+        const T* row = gb + r * sr + c0 * sc;
+        for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(load(row[j * sc]));
+      }
+      convert_row(acc, adt, ob + static_cast<size_t>(c0) * out.itemsize(), out.dtype(), n);
+    }
+  });
+}
+
+}  // namespace mixprec::ops

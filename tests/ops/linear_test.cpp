@@ -1,0 +1,229 @@
+// linear: hand-computed values and gradients, every dtype against the f64 oracle (the zoo's
+// layer shapes included), f64 gradient checks, fused relu against linear-then-relu, f32 weight
+// and bias gradients for bf16 inputs, oneDNN against the reference, strided inputs, errors.
+#include <gtest/gtest.h>
+
+#include "gemm_test_util.h"
+#include "mixprec/ops/autocast.h"
+#include "mixprec/version.h"
+#if MIXPREC_WITH_ONEDNN
+#include "ops/onednn/context.h"
+#include "ops/onednn/matmul.h"
+#endif
+
+namespace mixprec {
+namespace {
+using ops::Activation;
+using testing::gemm_close;
+using testing::gemm_matches_f64;
+using testing::gradcheck;
+using testing::random;
+using V = std::vector<Tensor>;
+
+Tensor lin(const V& in) { return ops::linear(in[0], in[1], in.size() > 2 ? in[2] : Tensor()); }
+Tensor lin_relu(const V& in) { return ops::linear(in[0], in[1], in[2], Activation::relu); }
+
+TEST(Linear, HandComputed) {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    Tensor x = Tensor::from_vector<float>({1, 2}, {1, 2}, d).set_requires_grad(true);
+    Tensor w = Tensor::from_vector<float>({1, 0, 0, 1, 1, 1}, {3, 2}, d).set_requires_grad(true);
+    Tensor b = Tensor::from_vector<float>({0.5f, -1, -4}, {3}, d).set_requires_grad(true);
+    const Tensor y = ops::linear(x, w, b);
+    EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1.5f, 1, -1})) << dtype_name(d);
+    ops::sum(y).backward();
+    EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{2, 2}));
+    EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+    EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{1, 1, 1}));
+    for (Tensor* t : {&x, &w, &b}) t->set_grad({});
+    const Tensor r = ops::linear(x, w, b, Activation::relu);
+    EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{1.5f, 1, 0}));
+    ops::sum(r).backward();
+    EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 1}));
+    EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1, 2, 1, 2, 0, 0}));
+    EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{1, 1, 0}));
+  }
+}
+
+TEST(Linear, ForwardMatchesF64InEveryDtype) {
+  EXPECT_TRUE(gemm_matches_f64(lin, {random({5, 7}, 1), random({3, 7}, 2), random({3}, 3)}, 7));
+  EXPECT_TRUE(gemm_matches_f64(lin, {random({2, 4, 7}, 4), random({6, 7}, 5)}, 7));
+  EXPECT_TRUE(gemm_matches_f64(lin, {random({7}, 6), random({6, 7}, 7), random({6}, 8)}, 7));
+  EXPECT_TRUE(gemm_matches_f64(lin_relu, {random({9, 33}, 9), random({17, 33}, 10), random({17}, 11)}, 33));
+  // The zoo's layers (mlp's first Dense, simplenet's Dense), with fewer rows for the f64 oracle.
+  EXPECT_TRUE(gemm_matches_f64(lin_relu, {random({32, 784}, 12), random({2048, 784}, 13, DType::f64, -0.05, 0.05),
+                                          random({2048}, 14)}, 784));
+  EXPECT_TRUE(gemm_matches_f64(lin, {random({8, 21632}, 15, DType::f64, 0, 1), random({10, 21632}, 16, DType::f64, -0.01, 0.01),
+                                     random({10}, 17)}, 21632));
+}
+
+TEST(Linear, GradCheck) {
+  EXPECT_TRUE(gradcheck(lin, {random({4, 5}, 20), random({3, 5}, 21), random({3}, 22)}));
+  EXPECT_TRUE(gradcheck(lin, {random({2, 3, 5}, 23), random({4, 5}, 24)}));
+  EXPECT_TRUE(gradcheck(lin, {random({5}, 25), random({2, 5}, 26), random({2}, 27)}));
+  // Relu: keep the pre-activations away from the kink at 0.
+  const Tensor x = random({4, 5}, 28), w = random({3, 5}, 29);
+  Tensor b = random({3}, 30);
+  {
+    NoGradGuard ng;
+    const auto pre = ops::linear(x, w, b).to_vector<double>();
+    for (double v : pre) ASSERT_GT(std::fabs(v), 1e-4);
+  }
+  EXPECT_TRUE(gradcheck(lin_relu, {x, w, b}));
+}
+
+TEST(Linear, FusedReluMatchesLinearThenRelu) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    Tensor x = random({6, 2, 24}, 40, d).set_requires_grad(true);
+    Tensor w = random({10, 24}, 41, d).set_requires_grad(true);
+    Tensor b = random({10}, 42, d).set_requires_grad(true);
+    const Tensor g = random({6, 2, 10}, 43, d);
+    auto run = [&](bool fused) {
+      for (Tensor* t : {&x, &w, &b}) t->set_grad({});
+      const Tensor y = fused ? ops::linear(x, w, b, Activation::relu) : ops::relu(ops::linear(x, w, b));
+      y.backward(g);
+      return V{y.detach(), x.grad(), w.grad(), b.grad()};
+    };
+    const V fused = run(true), separate = run(false);
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_TRUE(testing::all_close(fused[i], separate[i], testing::tolerance_for(d))) << dtype_name(d) << " output " << i;
+  }
+}
+
+TEST(Linear, WeightAndBiasGradsAreF32ForBf16Inputs) {
+  // fp32 master weights cast to bf16 at use (what O1/O2 do): the gradient reaching the master
+  // must be the exact f32 accumulation of the bf16 products, not a bf16-rounded one.
+  const Tensor x = random({64, 96}, 50, DType::bf16);
+  Tensor w32 = random({24, 96}, 51, DType::f32).set_requires_grad(true);
+  Tensor b32 = random({24}, 52, DType::f32).set_requires_grad(true);
+  const Tensor g = random({64, 24}, 53, DType::bf16);
+  const Tensor y = ops::linear(x, w32.astype(DType::bf16), b32.astype(DType::bf16), Activation::relu);
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  y.backward(g);
+  ASSERT_EQ(w32.grad().dtype(), DType::f32);
+  ASSERT_EQ(b32.grad().dtype(), DType::f32);
+  // Oracle: the same bf16 values in f64 (relu mask from the bf16 forward).
+  std::vector<double> gv = g.to_vector<double>();
+  const std::vector<double> yv = y.to_vector<double>();
+  for (size_t i = 0; i < gv.size(); ++i)
+    if (!(yv[i] > 0)) gv[i] = 0;
+  const Tensor gm = Tensor::from_vector<double>(gv, g.shape());
+  const Tensor dw = ops::matmul(gm.transpose(0, 1), x.astype(DType::f64));
+  const Tensor db = ops::sum(gm, {0});
+  EXPECT_TRUE(gemm_close(w32.grad(), dw, 64, DType::f32));
+  EXPECT_TRUE(gemm_close(b32.grad(), db, 64, DType::f32));
+  // And they really are finer than bf16: rounding them to bf16 changes some of them.
+  const auto v = w32.grad().to_vector<float>();
+  const auto r = w32.grad().astype(DType::bf16).to_vector<float>();
+  EXPECT_NE(v, r);
+}
+
+TEST(Linear, AutocastO1KeepsMasterGradientsUnrounded) {
+  const Tensor x = random({16, 40}, 60, DType::f32);
+  Tensor w = random({8, 40}, 61, DType::f32).set_requires_grad(true);
+  Tensor b = random({8}, 62, DType::f32).set_requires_grad(true);
+  const Tensor g = random({16, 8}, 63, DType::bf16).astype(DType::f32);  // exact in bf16
+  {
+    AutocastState o1;
+    o1.level = AmpLevel::O1;
+    o1.low = DType::bf16;
+    AutocastScope scope(o1);
+    const Tensor y = ops::linear(x, w, b);
+    EXPECT_EQ(y.dtype(), DType::f32);  // O1 casts the white-list op's output back
+    y.backward(g);
+  }
+  const Tensor xb = x.astype(DType::bf16).astype(DType::f64);
+  const Tensor dw = ops::matmul(g.astype(DType::f64).transpose(0, 1), xb);
+  EXPECT_EQ(w.grad().dtype(), DType::f32);
+  EXPECT_TRUE(gemm_close(w.grad(), dw, 16, DType::f32));
+  EXPECT_TRUE(gemm_close(b.grad(), ops::sum(g.astype(DType::f64), {0}), 16, DType::f32));
+}
+
+TEST(Linear, OneDnnMatchesReference) {
+#if MIXPREC_WITH_ONEDNN
+  struct Shp {
+    Shape x, w;
+  };
+  for (DType d : {DType::f32, DType::bf16}) {
+    if (!ops::onednn::computes_in(d)) continue;
+    for (const Shp& s : {Shp{{64, 200}, {48, 200}}, Shp{{3, 5, 31}, {17, 31}}, Shp{{31}, {9, 31}}}) {
+      for (bool relu : {false, true}) {
+        Tensor x = random(s.x, 70, d).set_requires_grad(true);
+        Tensor w = random(s.w, 71, d).set_requires_grad(true);
+        Tensor b = random({s.w[0]}, 72, d).set_requires_grad(true);
+        Shape ys = s.x;
+        ys.back() = s.w[0];
+        const Tensor g = random(ys, 73, d);
+        auto [fast, ref] = testing::fast_and_ref([&] {
+          for (Tensor* t : {&x, &w, &b}) t->set_grad({});
+          const Tensor y = ops::linear(x, w, b, relu ? Activation::relu : Activation::none);
+          y.backward(g);
+          return V{y.detach(), x.grad(), w.grad(), b.grad()};
+        });
+        const int64_t rows = shape_numel(s.x) / s.x.back();
+        const int64_t ks[] = {s.w[1], s.w[1], rows, rows};
+        for (size_t i = 0; i < fast.size(); ++i)
+          EXPECT_TRUE(gemm_close(fast[i], ref[i], ks[i], d)) << dtype_name(d) << " " << shape_str(s.x) << " relu " << relu << " output " << i;
+      }
+    }
+  }
+  // The mlp zoo layer at its real batch, forward only.
+  const Tensor x = random({256, 784}, 74, DType::bf16), w = random({2048, 784}, 75, DType::bf16, -0.05, 0.05);
+  auto [fast, ref] = testing::fast_and_ref([&] { return V{ops::linear(x, w, {}, Activation::relu)}; });
+  EXPECT_TRUE(gemm_close(fast[0], ref[0], 784, DType::bf16));
+#else
+  GTEST_SKIP() << "built without oneDNN";
+#endif
+}
+
+TEST(Linear, OneDnnTakesAFastKernelForTheZooShapes) {
+#if MIXPREC_WITH_ONEDNN
+  for (DType d : {DType::f32, DType::bf16}) {
+    if (!ops::onednn::computes_in(d)) continue;
+    for (auto [rows, in, out] : {std::array<int64_t, 3>{256, 784, 2048}, {256, 21632, 10}, {256, 2048, 10}}) {
+      const Tensor x = zeros({rows, in}, {.dtype = d}), w = zeros({out, in}, {.dtype = d});
+      const Tensor g = zeros({rows, out}, {.dtype = d});
+      const ops::MatmulProblem fwd{x, w.transpose(0, 1), zeros({out}, {.dtype = d}), zeros({rows, out}, {.dtype = d}), true};
+      const ops::MatmulProblem bwd_w{g.transpose(0, 1), x, {}, zeros({out, in}), false};
+      for (const ops::MatmulProblem* p : {&fwd, &bwd_w}) {
+        const std::string impl = ops::onednn::matmul_impl_name(*p);
+        EXPECT_EQ(impl.find("declined"), std::string::npos) << impl;
+        EXPECT_EQ(impl.find("ref"), std::string::npos) << p->describe() << ": " << impl;
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "built without oneDNN";
+#endif
+}
+
+TEST(Linear, NonContiguousInputAndWeight) {
+  const Tensor x = random({20, 6}, 80, DType::f32).transpose(0, 1);      // [6, 20], column-major
+  const Tensor w = random({20, 9}, 81, DType::f32).transpose(0, 1);      // [9, 20], transposed storage
+  const Tensor x3 = random({4, 6, 20}, 82, DType::bf16).slice(0, 0, 4, 2);  // [2, 6, 20], gaps
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_TRUE(testing::all_close(ops::linear(x, w), ops::linear(x.contiguous(), w.contiguous())));
+  const Tensor wb = w.astype(DType::bf16);
+  EXPECT_TRUE(testing::all_close(ops::linear(x3, wb), ops::linear(x3.contiguous(), wb.contiguous())));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::linear(in[0].transpose(0, 1), in[1]); },
+                        {random({5, 3}, 83), random({2, 5}, 84)}));
+}
+
+TEST(Linear, F16OverflowsToInfLikeAnAccelerator) {
+  const Tensor x = full({1, 2}, 200.0, {.dtype = DType::f16}), w = full({1, 2}, 200.0, {.dtype = DType::f16});
+  EXPECT_TRUE(std::isinf(ops::linear(x, w).item()));
+  EXPECT_EQ(ops::linear(x, w).dtype(), DType::f16);
+}
+
+TEST(Linear, ShapeErrorsAreClear) {
+  try {
+    ops::linear(random({4, 5}, 1), random({3, 6}, 2));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in_features = 6"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ops::linear(random({4, 5}, 1), random({3, 5}, 2), random({4}, 3)), Error);
+  EXPECT_THROW(ops::linear(random({4, 5}, 1), random({15}, 2)), Error);
+}
+
+}  // namespace
+}  // namespace mixprec
