@@ -79,19 +79,20 @@ Tensor softmax_cross_entropy(const Tensor& logits0, const Tensor& labels0,
   }
   const Tensor x = packed(logits, cd);
   const Tensor per = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
-  const Tensor lse = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
-  ref::cross_entropy_forward(x, lab, o.sparse, per, lse);
+  const Tensor row_max = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
+  const Tensor row_logsum = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
+  ref::cross_entropy_forward(x, lab, o.sparse, per, row_max, row_logsum);
   Tensor out = reduce_loss(per, o.reduction);
   if (graph::needs_grad({&logits})) {
-    SavedTensor sx(x), sl(lab), ss(lse);
+    SavedTensor sx(x), sl(lab), sm(row_max), ss(row_logsum);
     const bool sparse = o.sparse;
     const double factor = reduction_factor(o.reduction, n);
     const DType dt = logits.dtype();
     record(OpId::softmax_cross_entropy, {logits}, out, [=](const std::vector<Tensor>& g) {
       const Tensor xs = sx.unpack(op);
       const Tensor d = Tensor::empty(xs.shape(), {.dtype = cd, .device = xs.device()});
-      ref::cross_entropy_backward(xs, sl.unpack(op), sparse, ss.unpack(op), packed(g[0], cd),
-                                  factor, d);
+      ref::cross_entropy_backward(xs, sl.unpack(op), sparse, sm.unpack(op), ss.unpack(op),
+                                  packed(g[0], cd), factor, d);
       return std::vector<Tensor>{packed(d, dt)};
     });
   }

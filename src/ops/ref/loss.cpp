@@ -25,42 +25,49 @@ C grad_at(const C* g, int64_t n_g, int64_t i) { return n_g == 1 ? g[0] : g[i]; }
 }  // namespace
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& labels, bool sparse,
-                           const Tensor& loss, const Tensor& lse) {
+                           const Tensor& loss, const Tensor& row_max, const Tensor& row_logsum) {
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   visit_compute(logits, [&]<class C>() {
     const C* x = logits.data<C>();
     C* out = loss.data<C>();
-    C* l = lse.data<C>();
+    C* mx = row_max.data<C>();
+    C* ls = row_logsum.data<C>();
 #pragma omp parallel for schedule(static) if (n * c > 32768)
     for (int64_t i = 0; i < n; ++i) {
       const C* xi = x + i * c;
-      C mx = -std::numeric_limits<C>::infinity();
-      for (int64_t j = 0; j < c; ++j) mx = std::max(mx, xi[j]);
-      C sum = 0;
-      for (int64_t j = 0; j < c; ++j) sum += std::exp(xi[j] - mx);
-      l[i] = mx + std::log(sum);
+      C m = -std::numeric_limits<C>::infinity();
+      int64_t jmax = 0;
+      for (int64_t j = 0; j < c; ++j)
+        if (xi[j] > m) m = xi[j], jmax = j;
+      // sum = 1 + rest (the max's term is exactly 1): log1p keeps small losses exact.
+      C rest = 0;
+      for (int64_t j = 0; j < c; ++j)
+        if (j != jmax) rest += std::exp(xi[j] - m);
+      mx[i] = m;
+      ls[i] = std::log1p(rest);
       if (sparse) {
-        out[i] = l[i] - xi[labels.data<int64_t>()[i]];
+        out[i] = (m - xi[labels.data<int64_t>()[i]]) + ls[i];
       } else {
         const C* t = labels.data<C>() + i * c;
         C tsum = 0, tx = 0;
         for (int64_t j = 0; j < c; ++j) {
           tsum += t[j];
-          tx += t[j] * (xi[j] - mx);
+          tx += t[j] * (xi[j] - m);
         }
-        out[i] = (l[i] - mx) * tsum - tx;  // both terms shifted by mx: no cancellation at 1e4
+        out[i] = ls[i] * tsum - tx;
       }
     }
   });
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, bool sparse,
-                            const Tensor& lse, const Tensor& g, double factor,
-                            const Tensor& dlogits) {
+                            const Tensor& row_max, const Tensor& row_logsum, const Tensor& g,
+                            double factor, const Tensor& dlogits) {
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   visit_compute(logits, [&]<class C>() {
     const C* x = logits.data<C>();
-    const C* l = lse.data<C>();
+    const C* mx = row_max.data<C>();
+    const C* ls = row_logsum.data<C>();
     const C* gp = g.data<C>();
     C* d = dlogits.data<C>();
 #pragma omp parallel for schedule(static) if (n * c > 32768)
@@ -68,15 +75,17 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, bool spa
       const C gi = grad_at(gp, g.numel(), i) * static_cast<C>(factor);
       const C* xi = x + i * c;
       C* di = d + i * c;
-      if (sparse) {
-        for (int64_t j = 0; j < c; ++j) di[j] = std::exp(xi[j] - l[i]) * gi;
-        di[labels.data<int64_t>()[i]] -= gi;
-      } else {
-        const C* t = labels.data<C>() + i * c;
-        C tsum = 0;
+      C tsum = 1;
+      const C* t = sparse ? nullptr : labels.data<C>() + i * c;
+      if (!sparse) {
+        tsum = 0;
         for (int64_t j = 0; j < c; ++j) tsum += t[j];
-        for (int64_t j = 0; j < c; ++j) di[j] = (std::exp(xi[j] - l[i]) * tsum - t[j]) * gi;
       }
+      for (int64_t j = 0; j < c; ++j) {
+        const C p = std::exp((xi[j] - mx[i]) - ls[i]);
+        di[j] = (p * tsum - (sparse ? C(0) : t[j])) * gi;
+      }
+      if (sparse) di[labels.data<int64_t>()[i]] -= gi;
     }
   });
 }

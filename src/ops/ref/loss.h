@@ -9,14 +9,16 @@
 
 namespace mixprec::ops::ref {
 
-// loss[i] = lse_i * sum_j t_ij - sum_j t_ij x_ij, lse_i = log sum_j exp(x_ij) (max subtracted);
-// sparse: loss[i] = lse_i - x[i, label_i]. Writes loss [N] and lse [N].
+// With m_i = max_j x_ij and s_i = log sum_j exp(x_ij - m_i) (kept apart: m_i + s_i rounded to
+// f32 would lose s_i's digits when |m_i| is large): loss[i] = s_i sum_j t_ij - sum_j t_ij
+// (x_ij - m_i); sparse: loss[i] = (m_i - x[i, label_i]) + s_i. Writes loss, row_max, row_logsum
+// (each [N]).
 void cross_entropy_forward(const Tensor& logits, const Tensor& labels, bool sparse,
-                           const Tensor& loss, const Tensor& lse);
+                           const Tensor& loss, const Tensor& row_max, const Tensor& row_logsum);
 // dlogits[i, j] = g_i * factor * (softmax_ij * sum_j t_ij - t_ij).
 void cross_entropy_backward(const Tensor& logits, const Tensor& labels, bool sparse,
-                            const Tensor& lse, const Tensor& g, double factor,
-                            const Tensor& dlogits);
+                            const Tensor& row_max, const Tensor& row_logsum, const Tensor& g,
+                            double factor, const Tensor& dlogits);
 
 // loss[i] = -log_probs[i, label_i]; the gradient is -g_i * factor at (i, label_i), 0 elsewhere.
 void nll_forward(const Tensor& log_probs, const Tensor& labels, const Tensor& loss);

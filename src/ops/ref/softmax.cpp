@@ -50,12 +50,18 @@ void softmax_forward(const SoftmaxForward& p) {
         const T* x = xb + o * a.n * a.inner + i;
         T* y = yb + o * a.n * a.inner + i;
         C mx = -std::numeric_limits<C>::infinity();
-        for (int64_t k = 0; k < a.n; ++k) mx = std::max(mx, load(x[k * a.inner]));
-        C sum = 0;
-        for (int64_t k = 0; k < a.n; ++k) sum += std::exp(load(x[k * a.inner]) - mx);
+        int64_t kmax = 0;
+        for (int64_t k = 0; k < a.n; ++k)
+          if (const C v = load(x[k * a.inner]); v > mx) mx = v, kmax = k;
+        // sum = 1 + rest (the max's own term is exactly 1); log1p(rest) keeps log-probs near 0
+        // accurate to their last digit.
+        C rest = 0;
+        for (int64_t k = 0; k < a.n; ++k)
+          if (k != kmax) rest += std::exp(load(x[k * a.inner]) - mx);
+        const C sum = 1 + rest;
         if (p.log) {
-          const C shift = mx + std::log(sum);
-          for (int64_t k = 0; k < a.n; ++k) y[k * a.inner] = store<T>(load(x[k * a.inner]) - shift);
+          const C lsum = std::log1p(rest);
+          for (int64_t k = 0; k < a.n; ++k) y[k * a.inner] = store<T>((load(x[k * a.inner]) - mx) - lsum);
         } else {
           const C inv = C(1) / sum;
           for (int64_t k = 0; k < a.n; ++k)
