@@ -146,11 +146,12 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0, Reduction redu
     SavedTensor sp(pc), st(tc);
     const double factor = reduction_factor(reduction, pred.numel());
     const DType dp = pred.dtype(), dtt = target.dtype();
+    const bool gp = pred.requires_grad(), gt = target.requires_grad();
     record(OpId::mse_loss, {pred, target}, out, [=](const std::vector<Tensor>& g) {
       const Tensor ps = sp.unpack(op);
       const Tensor d = Tensor::empty(ps.shape(), {.dtype = cd, .device = ps.device()});
       ref::mse_backward(ps, st.unpack(op), packed(g[0], cd), factor, d);
-      return std::vector<Tensor>{packed(d, dp), packed(neg(d), dtt)};
+      return std::vector<Tensor>{gp ? packed(d, dp) : Tensor(), gt ? packed(neg(d), dtt) : Tensor()};
     });
   }
   return finish_loss(OpId::mse_loss, p, out);

@@ -4,6 +4,8 @@
 // against the reference (f32, bf16, f16 via f32; forward and backward), and the error messages.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 
 #include "mixprec/ops/autocast.h"
@@ -204,6 +206,32 @@ TEST(BatchNorm, ClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("more than one value per channel"), std::string::npos) << e.what();
   }
+}
+
+TEST(BatchNorm, ReferenceIsThreadCountIndependent) {
+  // Large enough for the parallel loops to engage; every result bit must match.
+  const Tensor x = random({16, 8, 24, 24}, 60, DType::f32, -2, 2);
+  const Tensor w = random(x.shape(), 61, DType::f32);
+  std::vector<float> out[2];
+  const int saved = omp_get_max_threads();
+  for (int k = 0; k < 2; ++k) {
+    omp_set_num_threads(k == 0 ? 1 : 2);
+    ops::ForceImpl force("ref");
+    Tensor xg = x.detach().set_requires_grad(true);
+    Tensor g = ones({8}).set_requires_grad(true), b = zeros({8}).set_requires_grad(true);
+    Tensor rm = zeros({8}), rv = ones({8});
+    ops::sum(ops::mul(ops::batch_norm(xg, g, b, rm, rv), w)).backward();
+    Tensor lg = ones({8 * 24 * 24}).set_requires_grad(true);
+    const Tensor yl = ops::layer_norm(x.reshape({16, 8 * 24 * 24}), lg, Tensor());
+    ops::sum(ops::mul(yl, w.reshape({16, 8 * 24 * 24}))).backward();
+    out[k] = xg.grad().to_vector<float>();
+    for (const Tensor& t : {g.grad(), rm, rv, yl, lg.grad()}) {
+      const auto v = t.to_vector<float>();
+      out[k].insert(out[k].end(), v.begin(), v.end());
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(out[0], out[1]);
 }
 
 // ---------------------------------------------------------------- layer norm

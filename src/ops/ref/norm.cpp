@@ -12,10 +12,9 @@
 namespace mixprec::ops {
 namespace {
 
-std::string describe_common(const Tensor& x, bool training, double eps) {
+std::string describe_common(const Tensor& x, const char* mode, double eps) {
   std::ostringstream s;
-  s << "x " << detail::desc(x) << " strides " << shape_str(x.strides())
-    << (training ? " training" : " eval") << " eps=" << eps;
+  s << "x " << detail::desc(x) << " strides " << shape_str(x.strides()) << mode << " eps=" << eps;
   return s.str();
 }
 
@@ -41,10 +40,14 @@ const C* cptr(const Tensor& t) { return t.defined() ? static_cast<const C*>(t.da
 
 }  // namespace
 
-std::string BatchNormForward::describe() const { return describe_common(x, training, eps); }
-std::string BatchNormBackward::describe() const { return describe_common(x, training, eps); }
-std::string LayerNormForward::describe() const { return describe_common(x, true, eps); }
-std::string LayerNormBackward::describe() const { return describe_common(x, true, eps); }
+std::string BatchNormForward::describe() const {
+  return describe_common(x, training ? " training" : " eval", eps);
+}
+std::string BatchNormBackward::describe() const {
+  return describe_common(x, training ? " training" : " eval", eps);
+}
+std::string LayerNormForward::describe() const { return describe_common(x, "", eps); }
+std::string LayerNormBackward::describe() const { return describe_common(x, "", eps); }
 
 namespace ref {
 
