@@ -1,0 +1,222 @@
+// batch_norm and layer_norm, forward and backward side by side: autocast ({x, gamma, beta}
+// only), shape checks, layouts, dispatch to oneDNN / f16-via-f32 / reference kernels, the
+// running-statistics update and the autograd node. Kernels: ops/ref/norm.*, ops/onednn/norm.*.
+// Invariants: arithmetic and statistics in acc_dtype(x) (f32; f64 for f64 x) whatever the
+// dtypes of x and gamma; y and dx keep x's dtype and dense layout; dgamma/dbeta are acc_dtype.
+#include "ops/ref/norm.h"
+
+#include "mixprec/version.h"
+#include "ops/dispatch.h"
+#include "ops/op_common.h"
+#include "ops/ref/norm_layout.h"
+#if MIXPREC_WITH_ONEDNN
+#include "ops/onednn/norm.h"
+#endif
+
+namespace mixprec::ops {
+using namespace detail;
+
+namespace {
+
+template <class P>
+std::string accepts(const P&) { return {}; }
+
+constexpr Device::Type kCpu = Device::Type::cpu;
+
+const Impl<BatchNormForward> kBatchNormForward[] = {
+#if MIXPREC_WITH_ONEDNN
+    {"onednn", kCpu, onednn::batch_norm_forward_declines, onednn::batch_norm_forward},
+    {"f16_via_f32", kCpu, onednn::batch_norm_forward_f16_declines, onednn::batch_norm_forward_f16},
+#endif
+    {"ref", kCpu, accepts<BatchNormForward>, ref::batch_norm_forward},
+};
+const Impl<BatchNormBackward> kBatchNormBackward[] = {
+#if MIXPREC_WITH_ONEDNN
+    {"onednn", kCpu, onednn::batch_norm_backward_declines, onednn::batch_norm_backward},
+    {"f16_via_f32", kCpu, onednn::batch_norm_backward_f16_declines, onednn::batch_norm_backward_f16},
+#endif
+    {"ref", kCpu, accepts<BatchNormBackward>, ref::batch_norm_backward},
+};
+const Impl<LayerNormForward> kLayerNormForward[] = {
+#if MIXPREC_WITH_ONEDNN
+    {"onednn", kCpu, onednn::layer_norm_forward_declines, onednn::layer_norm_forward},
+    {"f16_via_f32", kCpu, onednn::layer_norm_forward_f16_declines, onednn::layer_norm_forward_f16},
+#endif
+    {"ref", kCpu, accepts<LayerNormForward>, ref::layer_norm_forward},
+};
+const Impl<LayerNormBackward> kLayerNormBackward[] = {
+#if MIXPREC_WITH_ONEDNN
+    {"onednn", kCpu, onednn::layer_norm_backward_declines, onednn::layer_norm_backward},
+    {"f16_via_f32", kCpu, onednn::layer_norm_backward_f16_declines, onednn::layer_norm_backward_f16},
+#endif
+    {"ref", kCpu, accepts<LayerNormBackward>, ref::layer_norm_backward},
+};
+
+template <class P, size_t N>
+void run(OpId op, std::string_view phase, const Impl<P> (&impls)[N], const P& p) {
+  dispatch(op, phase, std::span<const Impl<P>>(impls, N), p);
+}
+
+// gamma / beta as packed compute-dtype tensors of `shape`; ones / zeros when undefined.
+Tensor param(std::string_view op, const Tensor& t, const Shape& shape, double fill, DType cd,
+             const Tensor& x, const char* what) {
+  if (!t.defined()) return full(shape, fill, {.dtype = cd, .device = x.device()});
+  check_floating(op, t, what);
+  MIXPREC_CHECK(t.shape() == shape, op, ": expected ", what, " of shape ", shape_str(shape),
+                " for x ", desc(x), ", got ", desc(t));
+  check_same_device(op, {&x, &t});
+  return packed(t, cd);
+}
+
+// True when x's strides are a dense layout (NCHW, channels-last, ...): kept as is, else packed.
+bool is_dense(const Tensor& x) {
+  const Strides d = dense_strides_like(x);
+  for (size_t i = 0; i < d.size(); ++i)
+    if (x.shape()[i] != 1 && x.strides()[i] != d[i]) return false;
+  return true;
+}
+
+// running = momentum * running + (1 - momentum) * factor * batch, in place, without grad.
+void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
+  NoGradGuard no_grad;
+  const std::vector<double> r = running.to_vector<double>(), b = batch.to_vector<double>();
+  std::vector<double> next(r.size());
+  for (size_t c = 0; c < r.size(); ++c) next[c] = momentum * r[c] + (1 - momentum) * factor * b[c];
+  running.copy_(Tensor::from_vector<double>(next, running.shape()));
+}
+
+void check_running(const Tensor& t, int64_t channels, const Tensor& x, const char* what) {
+  check_floating("batch_norm", t, what);
+  MIXPREC_CHECK(t.shape() == Shape{channels}, "batch_norm: expected ", what, " of shape [",
+                channels, "] for x ", desc(x), ", got ", desc(t));
+}
+
+struct BatchNormSaved {
+  SavedTensor x, gamma, mean, var;
+  int64_t channels;
+  DType cd;
+  bool training;
+  double eps;
+};
+
+std::vector<Tensor> batch_norm_backward(const BatchNormSaved& s, const Tensor& g) {
+  const Tensor x = s.x.unpack("batch_norm");
+  BatchNormBackward b{.x = x,
+                      .dy = with_strides(g.dtype() == x.dtype() ? g : packed(g, x.dtype()), x.strides()),
+                      .gamma = s.gamma.unpack("batch_norm"),
+                      .mean = s.mean.unpack("batch_norm"),
+                      .var = s.var.unpack("batch_norm"),
+                      .dx = empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
+                      .dgamma = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
+                      .dbeta = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
+                      .training = s.training,
+                      .eps = s.eps};
+  run(OpId::batch_norm, "backward", kBatchNormBackward, b);
+  return {b.dx, b.dgamma, b.dbeta};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- batch norm
+
+Tensor batch_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, Tensor& running_mean,
+                  Tensor& running_var, const BatchNormOptions& o) {
+  Prepared p = autocast_inputs(OpId::batch_norm, {x0, gamma0, beta0});
+  Tensor x = p.in[0];
+  const Tensor &gamma = p.in[1], &beta = p.in[2];
+  check_floating("batch_norm", x, "input x");
+  MIXPREC_CHECK(x.dim() >= 2, "batch_norm: expected x of shape [N, C, ...], got ", desc(x));
+  MIXPREC_CHECK(o.eps >= 0 && o.momentum >= 0 && o.momentum <= 1, "batch_norm: expected eps >= 0 "
+                "and momentum in [0, 1], got eps ", o.eps, ", momentum ", o.momentum);
+  const int64_t channels = x.shape()[1];
+  const int64_t per_channel = channels ? x.numel() / channels : 0;
+  const DType cd = acc_dtype(x.dtype());
+  if (o.training) {
+    MIXPREC_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, "
+                  "got x ", desc(x), Hint{"use a batch larger than 1, or eval mode (training = false)"});
+    if (running_mean.defined()) check_running(running_mean, channels, x, "running_mean");
+    if (running_var.defined()) check_running(running_var, channels, x, "running_var");
+  } else {
+    MIXPREC_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode "
+                  "(training = false) needs running_mean and running_var");
+    check_running(running_mean, channels, x, "running_mean");
+    check_running(running_var, channels, x, "running_var");
+  }
+  if (!is_dense(x)) x = contiguous(x);
+  BatchNormForward f{.x = x,
+                     .gamma = param("batch_norm", gamma, {channels}, 1.0, cd, x, "gamma"),
+                     .beta = param("batch_norm", beta, {channels}, 0.0, cd, x, "beta"),
+                     .mean = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
+                     .var = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
+                     .y = empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
+                     .training = o.training,
+                     .eps = o.eps};
+  if (!o.training) {  // copies: the node must not see later in-place updates of the stats
+    f.mean.copy_(running_mean.detach());
+    f.var.copy_(running_var.detach());
+  }
+  run(OpId::batch_norm, "forward", kBatchNormForward, f);
+  if (o.training) {
+    if (running_mean.defined()) update_running(running_mean, f.mean, o.momentum, 1.0);
+    const double unbias = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
+    if (running_var.defined()) update_running(running_var, f.var, o.momentum, unbias);
+  }
+  Tensor y = f.y;
+  if (graph::needs_grad({&x, &gamma, &beta})) {
+    const BatchNormSaved s{SavedTensor(x), SavedTensor(f.gamma), SavedTensor(f.mean),
+                           SavedTensor(f.var), channels, cd, o.training, o.eps};
+    record(OpId::batch_norm, {x, gamma, beta}, y,
+           [s](const std::vector<Tensor>& g) { return batch_norm_backward(s, g[0]); });
+  }
+  return finish(OpId::batch_norm, p, y, gamma.defined() ? gamma.dtype() : cd);
+}
+
+// ---------------------------------------------------------------- layer norm
+
+Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
+                  int64_t normalized_dims, double eps) {
+  Prepared p = autocast_inputs(OpId::layer_norm, {x0, gamma0, beta0});
+  const Tensor &gamma = p.in[1], &beta = p.in[2];
+  check_floating("layer_norm", p.in[0], "input x");
+  MIXPREC_CHECK(normalized_dims >= 1 && normalized_dims <= p.in[0].dim(), "layer_norm: expected "
+                "normalized_dims in [1, ", p.in[0].dim(), "] for x ", desc(p.in[0]), ", got ",
+                normalized_dims);
+  MIXPREC_CHECK(eps >= 0, "layer_norm: expected eps >= 0, got ", eps);
+  const Tensor x = contiguous(p.in[0]);
+  const Shape trailing(x.shape().end() - normalized_dims, x.shape().end());
+  const int64_t m = shape_numel(trailing);
+  const int64_t rows = m ? x.numel() / m : 0;
+  const DType cd = acc_dtype(x.dtype());
+  const Device dev = x.device();
+  LayerNormForward f{.x = x.detach().reshape({rows, m}),
+                     .gamma = param("layer_norm", gamma, trailing, 1.0, cd, x, "gamma").reshape({m}),
+                     .beta = param("layer_norm", beta, trailing, 0.0, cd, x, "beta").reshape({m}),
+                     .y = Tensor::empty({rows, m}, {.dtype = x.dtype(), .device = dev}),
+                     .mean = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
+                     .var = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
+                     .eps = eps};
+  run(OpId::layer_norm, "forward", kLayerNormForward, f);
+  Tensor y = f.y.reshape(x.shape());
+  if (graph::needs_grad({&x, &gamma, &beta})) {
+    SavedTensor sx(f.x), sg(f.gamma), sm(f.mean), sv(f.var);
+    const Shape x_shape = x.shape();
+    record(OpId::layer_norm, {x, gamma, beta}, y, [=](const std::vector<Tensor>& g) {
+      const Tensor xs = sx.unpack("layer_norm");
+      LayerNormBackward b{.x = xs,
+                          .dy = packed(g[0], xs.dtype()).reshape({rows, m}),
+                          .gamma = sg.unpack("layer_norm"),
+                          .mean = sm.unpack("layer_norm"),
+                          .var = sv.unpack("layer_norm"),
+                          .dx = Tensor::empty({rows, m}, {.dtype = xs.dtype(), .device = dev}),
+                          .dgamma = Tensor::empty({m}, {.dtype = cd, .device = dev}),
+                          .dbeta = Tensor::empty({m}, {.dtype = cd, .device = dev}),
+                          .eps = eps};
+      run(OpId::layer_norm, "backward", kLayerNormBackward, b);
+      return std::vector<Tensor>{b.dx.reshape(x_shape), b.dgamma.reshape(trailing),
+                                 b.dbeta.reshape(trailing)};
+    });
+  }
+  return finish(OpId::layer_norm, p, y, gamma.defined() ? gamma.dtype() : cd);
+}
+
+}  // namespace mixprec::ops

@@ -1,0 +1,216 @@
+// Losses: softmax_cross_entropy (sparse and one-hot), nll_loss and mse_loss. Hand-computed
+// values (CE = log(sum exp) - logit), every reduction, gradients by hand and by f64 central
+// differences, large logits, every input dtype against the f64 oracle (the result is always
+// f32), fp32 output under O2, non-contiguous logits, and the label / shape error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "mixprec/ops/autocast.h"
+#include "op_test_util.h"
+
+namespace mixprec {
+namespace {
+using testing::all_close;
+using testing::gradcheck;
+using testing::random;
+using V = std::vector<Tensor>;
+using ops::Reduction;
+
+Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, s); }
+Tensor i64(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}); }
+
+Tensor ce(const Tensor& logits, const Tensor& labels, bool sparse, Reduction r) {
+  return ops::softmax_cross_entropy(logits, labels, {.sparse = sparse, .reduction = r});
+}
+
+Tensor one_hot(const std::vector<int64_t>& labels, int64_t classes) {
+  Tensor t = zeros({static_cast<int64_t>(labels.size()), classes});
+  float* p = t.data<float>();
+  for (size_t i = 0; i < labels.size(); ++i) p[static_cast<int64_t>(i) * classes + labels[i]] = 1;
+  return t;
+}
+
+// Runs fn with inputs rounded to each dtype and compares with the f64 run on the same rounded
+// values: the loss is computed in f32 whatever the input dtype, so f32 tolerances apply.
+::testing::AssertionResult loss_matches_f64(const std::function<Tensor(const V&)>& fn, const V& in) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    V low, ref;
+    for (const Tensor& t : in) {
+      low.push_back(is_floating(t.dtype()) ? t.astype(d) : t);
+      ref.push_back(is_floating(t.dtype()) ? low.back().astype(DType::f64) : t);
+    }
+    const Tensor out = fn(low);
+    if (out.dtype() != DType::f32)
+      return ::testing::AssertionFailure() << "loss dtype " << dtype_name(out.dtype()) << " for " << dtype_name(d);
+    auto r = all_close(out, fn(ref), {1e-5, 1e-6});
+    if (!r) return ::testing::AssertionFailure() << dtype_name(d) << ": " << r.message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------- softmax cross-entropy
+
+TEST(SoftmaxCrossEntropy, HandComputedEveryReduction) {
+  const Tensor logits = f32({1, 2, 3, 0, 0, 0}, {2, 3});
+  const double lse0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const double l0 = lse0 - 3, l1 = std::log(3.0) - 0;  // labels 2 and 0
+  EXPECT_TRUE(all_close(ce(logits, i64({2, 0}), true, Reduction::none), f32({float(l0), float(l1)}, {2})));
+  EXPECT_NEAR(ce(logits, i64({2, 0}), true, Reduction::mean).item(), (l0 + l1) / 2, 1e-6);
+  EXPECT_NEAR(ce(logits, i64({2, 0}), true, Reduction::sum).item(), l0 + l1, 1e-6);
+  EXPECT_EQ(ce(logits, i64({2, 0}), true, Reduction::mean).shape(), Shape{});
+  // i32 labels work the same.
+  const Tensor lab32 = Tensor::from_vector<int32_t>({2, 0}, {2});
+  EXPECT_NEAR(ce(logits, lab32, true, Reduction::sum).item(), l0 + l1, 1e-6);
+}
+
+TEST(SoftmaxCrossEntropy, GradientIsSoftmaxMinusOneHotOverN) {
+  Tensor logits = f32({1, 2, 3, 0, 0, 0}, {2, 3}).set_requires_grad(true);
+  ce(logits, i64({2, 0}), true, Reduction::mean).backward();
+  const Tensor sm = ops::softmax(logits.detach());
+  const Tensor expect = ops::mul(ops::sub(sm, one_hot({2, 0}, 3)), 0.5);
+  EXPECT_TRUE(all_close(logits.grad(), expect)) << logits.grad();
+}
+
+TEST(SoftmaxCrossEntropy, SparseAndOneHotAgree) {
+  const Tensor x = random({6, 5}, 1, DType::f32, -3, 3);
+  const std::vector<int64_t> labels{0, 4, 2, 2, 1, 3};
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+    Tensor a = x.detach().clone().set_requires_grad(true), b = x.detach().clone().set_requires_grad(true);
+    const Tensor la = ce(a, i64(labels), true, r), lb = ce(b, one_hot(labels, 5), false, r);
+    EXPECT_TRUE(all_close(la, lb));
+    ops::sum(la).backward();
+    ops::sum(lb).backward();
+    EXPECT_TRUE(all_close(a.grad(), b.grad()));
+  }
+}
+
+TEST(SoftmaxCrossEntropy, LargeLogitsStayFinite) {
+  // lse = 1e4 + log(1 + e^-1e4 + ...) = 1e4; loss for label 1 = 1e4 - 0.
+  Tensor x = f32({1e4f, 0, -1e4f, 1e4f, 1e4f, -1e4f}, {2, 3}).set_requires_grad(true);
+  const Tensor l = ce(x, i64({1, 0}), true, Reduction::none);
+  EXPECT_NEAR(l.at({0}), 1e4, 1e-2);
+  EXPECT_NEAR(l.at({1}), std::log(2.0), 1e-6);
+  ops::sum(l).backward();
+  EXPECT_TRUE(all_close(x.grad(), f32({1, -1, 0, -0.5f, 0.5f, 0}, {2, 3})));
+  // One-hot labels (no cancellation between 1e4-sized terms) and bf16 logits.
+  EXPECT_NEAR(ce(x.detach(), one_hot({1, 0}, 3), false, Reduction::none).at({1}), std::log(2.0), 1e-6);
+  const Tensor xb = x.detach().astype(DType::bf16);  // 1e4 rounds to 9984 in bf16
+  EXPECT_NEAR(ce(xb, i64({1, 0}), true, Reduction::none).at({0}), xb.at({0, 0}), 1e-2);
+}
+
+TEST(SoftmaxCrossEntropy, GradCheck) {
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+    EXPECT_TRUE(gradcheck([=](const V& in) { return ce(in[0], i64({1, 3, 0}), true, r); }, {random({3, 4}, 2, DType::f64, -2, 2)}));
+    // Soft labels (rows need not sum to 1): gradient w.r.t. the logits only.
+    const Tensor soft = random({3, 4}, 3, DType::f64, 0, 1);
+    EXPECT_TRUE(gradcheck([=](const V& in) { return ce(in[0], soft, false, r); }, {random({3, 4}, 4, DType::f64, -2, 2)}));
+  }
+}
+
+TEST(SoftmaxCrossEntropy, EveryDtypeMatchesF64AndReturnsF32) {
+  const Tensor x = random({5, 7}, 5, DType::f64, -4, 4);
+  EXPECT_TRUE(loss_matches_f64([](const V& in) { return ce(in[0], i64({0, 6, 3, 3, 1}), true, Reduction::none); }, {x}));
+  EXPECT_TRUE(loss_matches_f64([](const V& in) { return ce(in[0], in[1], false, Reduction::mean); },
+                               {x, random({5, 7}, 6, DType::f64, 0, 1)}));
+  EXPECT_EQ(ce(x, i64({0, 6, 3, 3, 1}), true, Reduction::mean).dtype(), DType::f64);
+}
+
+TEST(SoftmaxCrossEntropy, LossStaysF32UnderO2) {
+  std::vector<OpRecord> trace;
+  OpRecorder rec(&trace);
+  AutocastState s;
+  s.level = AmpLevel::O2;
+  AutocastScope scope(s);
+  Tensor x = random({4, 3}, 7, DType::bf16).set_requires_grad(true);
+  const Tensor l = ce(x, i64({0, 1, 2, 0}), true, Reduction::mean);
+  EXPECT_EQ(l.dtype(), DType::f32);
+  ASSERT_FALSE(trace.empty());
+  EXPECT_EQ(trace.back().op, OpId::softmax_cross_entropy);
+  EXPECT_EQ(trace.back().compute_dtype, DType::f32);
+  l.backward();
+  EXPECT_EQ(x.grad().dtype(), DType::bf16);
+}
+
+TEST(SoftmaxCrossEntropy, NonContiguousLogits) {
+  const Tensor x = random({4, 3}, 8, DType::f32).transpose(0, 1);  // [3, 4]
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_TRUE(all_close(ce(x, i64({0, 3, 1}), true, Reduction::none), ce(x.contiguous(), i64({0, 3, 1}), true, Reduction::none)));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ce(in[0].transpose(0, 1), i64({2, 0}), true, Reduction::sum); },
+                        {random({3, 2}, 9)}));
+}
+
+TEST(SoftmaxCrossEntropy, ClearErrors) {
+  const Tensor x = random({3, 10}, 10, DType::f32);
+  try {
+    ce(x, i64({1, 10, 2}), true, Reduction::mean);
+    FAIL() << "expected an out-of-range label error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("label 10"), std::string::npos) << m;
+    EXPECT_NE(m.find("index 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("[0, 10)"), std::string::npos) << m;
+  }
+  EXPECT_THROW(ce(x, i64({-1, 0, 0}), true, Reduction::mean), Error);
+  EXPECT_THROW(ce(x, i64({1, 2}), true, Reduction::mean), Error);         // wrong count
+  EXPECT_THROW(ce(x, i64({1, 2, 3}), false, Reduction::mean), Error);     // indices without sparse
+  EXPECT_THROW(ce(x, zeros({3, 9}), false, Reduction::mean), Error);      // one-hot shape
+  EXPECT_THROW(ce(x, zeros({3, 10}), true, Reduction::mean), Error);      // floats with sparse
+  EXPECT_THROW(ce(random({3}, 11, DType::f32), i64({1}), true, Reduction::mean), Error);
+}
+
+// ---------------------------------------------------------------- nll
+
+TEST(NllLoss, HandComputedAndMatchesCrossEntropy) {
+  const Tensor lp = f32({-0.5f, -1.5f, -2.0f, -0.1f}, {2, 2});
+  EXPECT_TRUE(all_close(ops::nll_loss(lp, i64({1, 0}), Reduction::none), f32({1.5f, 2.0f}, {2})));
+  EXPECT_NEAR(ops::nll_loss(lp, i64({1, 0})).item(), 1.75, 1e-6);
+  EXPECT_NEAR(ops::nll_loss(lp, i64({1, 0}), Reduction::sum).item(), 3.5, 1e-6);
+  const Tensor x = random({4, 6}, 12, DType::f32, -3, 3);
+  EXPECT_TRUE(all_close(ops::nll_loss(ops::log_softmax(x), i64({5, 0, 2, 2})),
+                        ce(x, i64({5, 0, 2, 2}), true, Reduction::mean)));
+}
+
+TEST(NllLoss, GradCheckAndDtypes) {
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum})
+    EXPECT_TRUE(gradcheck([=](const V& in) { return ops::nll_loss(in[0], i64({2, 0, 1}), r); }, {random({3, 3}, 13)}));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::nll_loss(ops::log_softmax(in[0]), i64({2, 0})); }, {random({2, 4}, 14)}));
+  EXPECT_TRUE(loss_matches_f64([](const V& in) { return ops::nll_loss(in[0], i64({1, 3, 0}), Reduction::none); },
+                               {random({3, 4}, 15, DType::f64, -5, 0)}));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::nll_loss(in[0].transpose(0, 1), i64({0, 1, 1})); },
+                        {random({2, 3}, 16)}));  // non-contiguous
+  EXPECT_THROW(ops::nll_loss(random({3, 4}, 17, DType::f32), i64({1, 4, 0})), Error);
+}
+
+// ---------------------------------------------------------------- mse
+
+TEST(MseLoss, HandComputedEveryReduction) {
+  const Tensor p = f32({1, 2, 3, 4}, {2, 2}), t = f32({1, 0, 5, 3}, {2, 2});
+  EXPECT_TRUE(all_close(ops::mse_loss(p, t, Reduction::none), f32({0, 4, 4, 1}, {2, 2})));
+  EXPECT_NEAR(ops::mse_loss(p, t).item(), 9.0 / 4, 1e-6);
+  EXPECT_NEAR(ops::mse_loss(p, t, Reduction::sum).item(), 9.0, 1e-6);
+  Tensor pg = p.clone().set_requires_grad(true);
+  ops::mse_loss(pg, t).backward();
+  EXPECT_TRUE(all_close(pg.grad(), f32({0, 1, -1, 0.5f}, {2, 2})));  // 2 (p - t) / 4
+}
+
+TEST(MseLoss, GradCheckBothInputsAndDtypes) {
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum})
+    EXPECT_TRUE(gradcheck([=](const V& in) { return ops::mse_loss(in[0], in[1], r); }, {random({2, 3}, 18), random({2, 3}, 19)}));
+  EXPECT_TRUE(loss_matches_f64([](const V& in) { return ops::mse_loss(in[0], in[1]); },
+                               {random({4, 9}, 20), random({4, 9}, 21)}));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::mse_loss(in[0].transpose(0, 1), in[1]); },
+                        {random({3, 2}, 22), random({2, 3}, 23)}));  // non-contiguous
+}
+
+TEST(MseLoss, ShapesMustMatch) {
+  try {
+    ops::mse_loss(random({4, 1}, 24, DType::f32), random({4}, 25, DType::f32));
+    FAIL() << "expected a shape error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not broadcast"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mixprec

@@ -1,0 +1,380 @@
+// batch_norm and layer_norm: hand-computed values and running statistics, eval mode, f64
+// gradient checks (training and eval), every dtype against the f64 oracle, bf16 activations with
+// f32 parameters (mixed io), AMP decisions, channels-last and non-contiguous inputs, oneDNN
+// against the reference (f32, bf16, f16 via f32; forward and backward), and the error messages.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <cmath>
+
+#include "mixprec/ops/autocast.h"
+#include "mixprec/version.h"
+#include "op_test_util.h"
+#include "ops/dispatch.h"
+#include "ops/ref/norm.h"
+#if MIXPREC_WITH_ONEDNN
+#include "ops/onednn/context.h"
+#include "ops/onednn/norm.h"
+#endif
+
+namespace mixprec {
+namespace {
+using testing::all_close;
+using testing::gradcheck;
+using testing::random;
+using V = std::vector<Tensor>;
+
+Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, s); }
+
+// batch_norm with fresh running statistics (mean 0.1, var 1.3), so fn(inputs) is pure.
+Tensor bn(const V& in, bool training) {
+  Tensor rm = full({in[0].shape()[1]}, 0.1), rv = full({in[0].shape()[1]}, 1.3);
+  return ops::batch_norm(in[0], in[1], in[2], rm, rv, {.training = training});
+}
+
+// The f64 oracle of batch norm, computed here with plain loops on an [N, C, S] view.
+Tensor bn_oracle(const Tensor& x, const Tensor& gamma, const Tensor& beta, bool training,
+                 double rm, double rv, double eps = 1e-5) {
+  const int64_t n = x.shape()[0], c = x.shape()[1], s = x.numel() / (n * c);
+  const auto xv = x.astype(DType::f64).contiguous().to_vector<double>();
+  const auto g = gamma.to_vector<double>(), b = beta.to_vector<double>();
+  std::vector<double> y(xv.size());
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = rm, var = rv;
+    if (training) {
+      mean = var = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < s; ++k) mean += xv[static_cast<size_t>((i * c + ch) * s + k)];
+      mean /= static_cast<double>(n * s);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < s; ++k) {
+          const double d = xv[static_cast<size_t>((i * c + ch) * s + k)] - mean;
+          var += d * d;
+        }
+      var /= static_cast<double>(n * s);
+    }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < s; ++k) {
+        const size_t j = static_cast<size_t>((i * c + ch) * s + k);
+        y[j] = (xv[j] - mean) / std::sqrt(var + eps) * g[static_cast<size_t>(ch)] + b[static_cast<size_t>(ch)];
+      }
+  }
+  return Tensor::from_vector<double>(y, x.shape());
+}
+
+// ---------------------------------------------------------------- batch norm
+
+TEST(BatchNorm, HandComputedWithRunningStatUpdate) {
+  for (const char* impl : {"", "ref"}) {
+    ops::ForceImpl force(impl);
+    // channel 0: {1, 3} (mean 2, var 1); channel 1: {2, 6} (mean 4, var 4).
+    const Tensor x = f32({1, 2, 3, 6}, {2, 2});
+    Tensor rm = f32({0, 0}, {2}), rv = f32({1, 1}, {2});
+    const Tensor y = ops::batch_norm(x, f32({2, 1}, {2}), f32({0.5f, 0}, {2}), rm, rv,
+                                     {.training = true, .momentum = 0.9, .eps = 0});
+    EXPECT_TRUE(all_close(y, f32({-1.5f, -1, 2.5f, 1}, {2, 2}))) << impl << y;
+    // running = 0.9 running + 0.1 batch; the variance is the unbiased one (n / (n - 1) = 2).
+    EXPECT_TRUE(all_close(rm, f32({0.2f, 0.4f}, {2}))) << rm;
+    EXPECT_TRUE(all_close(rv, f32({0.9f + 0.1f * 2, 0.9f + 0.1f * 8}, {2}))) << rv;
+  }
+}
+
+TEST(BatchNorm, EvalUsesRunningStatsAndLeavesThemAlone) {
+  const Tensor x = random({4, 3, 2, 2}, 1, DType::f32, -2, 2);
+  const Tensor gamma = random({3}, 2, DType::f32, 0.5, 1.5), beta = random({3}, 3, DType::f32);
+  for (const char* impl : {"", "ref"}) {
+    ops::ForceImpl force(impl);
+    Tensor rm = full({3}, 0.1), rv = full({3}, 1.3);
+    const Tensor y = ops::batch_norm(x, gamma, beta, rm, rv, {.training = false});
+    EXPECT_TRUE(all_close(y.astype(DType::f64), bn_oracle(x, gamma, beta, false, 0.1, 1.3),
+                          {1e-5, 1e-6})) << impl;
+    EXPECT_TRUE(all_close(rm, full({3}, 0.1)));
+    EXPECT_TRUE(all_close(rv, full({3}, 1.3)));
+  }
+}
+
+TEST(BatchNorm, GradCheckTraining) {
+  EXPECT_TRUE(gradcheck([](const V& in) { return bn(in, true); },
+                        {random({3, 2, 2, 2}, 4), random({2}, 5, DType::f64, 0.5, 1.5), random({2}, 6)}));
+  EXPECT_TRUE(gradcheck([](const V& in) { return bn(in, true); },  // [N, C] (dense layer input)
+                        {random({5, 3}, 7), random({3}, 8, DType::f64, 0.5, 1.5), random({3}, 9)}));
+}
+
+TEST(BatchNorm, GradCheckEval) {
+  EXPECT_TRUE(gradcheck([](const V& in) { return bn(in, false); },
+                        {random({3, 2, 2, 2}, 10), random({2}, 11, DType::f64, 0.5, 1.5), random({2}, 12)}));
+}
+
+TEST(BatchNorm, ForwardMatchesF64InEveryDtype) {
+  const V in{random({4, 3, 3, 3}, 13, DType::f64, -2, 2), random({3}, 14, DType::f64, 0.5, 1.5),
+             random({3}, 15)};
+  EXPECT_TRUE(testing::matches_f64_in_all_dtypes([](const V& v) { return bn(v, true); }, in));
+  EXPECT_TRUE(testing::matches_f64_in_all_dtypes([](const V& v) { return bn(v, false); }, in));
+}
+
+TEST(BatchNorm, Bf16ActivationsWithF32ParametersMatchF64) {
+  // "BatchNorm in fp32 with activations in bf16": statistics and arithmetic in f32 from the
+  // bf16 input; the only bf16 rounding is the output's.
+  const Tensor x = random({8, 4, 5, 5}, 16, DType::bf16, -3, 3);
+  const Tensor gamma = random({4}, 17, DType::f32, 0.5, 1.5), beta = random({4}, 18, DType::f32);
+  for (bool training : {true, false}) {
+    for (const char* impl : {"", "ref"}) {
+      ops::ForceImpl force(impl);
+      Tensor rm = full({4}, 0.1), rv = full({4}, 1.3);
+      const Tensor y = ops::batch_norm(x, gamma, beta, rm, rv, {.training = training});
+      ASSERT_EQ(y.dtype(), DType::bf16);
+      EXPECT_TRUE(all_close(y, bn_oracle(x, gamma.astype(DType::f64), beta.astype(DType::f64),
+                                         training, 0.1, 1.3))) << impl << " training " << training;
+      ASSERT_EQ(rm.dtype(), DType::f32);
+    }
+  }
+}
+
+TEST(BatchNorm, ChannelsLastInputKeepsItsLayout) {
+  const Tensor x_nhwc = random({3, 4, 5, 6}, 19, DType::f32);  // N, H, W, C
+  const Tensor x = x_nhwc.permute({0, 3, 1, 2});                // N, C, H, W view, channels-last
+  ASSERT_FALSE(x.is_contiguous());
+  const Tensor gamma = random({6}, 20, DType::f32, 0.5, 1.5), beta = random({6}, 21, DType::f32);
+  for (const char* impl : {"", "ref"}) {
+    ops::ForceImpl force(impl);
+    Tensor xa = x.detach().set_requires_grad(true);
+    Tensor xb = x.contiguous().detach().set_requires_grad(true);
+    Tensor rm = zeros({6}), rv = ones({6});
+    const Tensor ya = ops::batch_norm(xa, gamma, beta, rm, rv);
+    const Tensor yb = ops::batch_norm(xb, gamma, beta, rm, rv);
+    EXPECT_EQ(ya.strides(), x.strides()) << impl;  // channels-last in, channels-last out
+    EXPECT_TRUE(all_close(ya, yb)) << impl;
+    const Tensor w = random(ya.shape(), 22, DType::f32);
+    ops::sum(ops::mul(ya, w)).backward();
+    ops::sum(ops::mul(yb, w)).backward();
+    EXPECT_TRUE(all_close(xa.grad(), xb.grad(), {1e-4, 1e-5})) << impl;
+  }
+  // A strided (non-dense) input is packed first.
+  const Tensor sliced = random({4, 3, 6, 6}, 23, DType::f64).slice(3, 0, 6, 2);
+  EXPECT_TRUE(gradcheck([](const V& in) { return bn({in[0].slice(3, 0, 6, 2), in[1], in[2]}, true); },
+                        {random({2, 2, 3, 4}, 24), random({2}, 25, DType::f64, 0.5, 1.5), random({2}, 26)}));
+  Tensor rm = zeros({3}), rv = ones({3});
+  EXPECT_TRUE(all_close(ops::batch_norm(sliced, ones({3}), zeros({3}), rm, rv),
+                        bn_oracle(sliced, ones({3}), zeros({3}), true, 0, 1)));
+}
+
+TEST(BatchNorm, AmpDecisionsAndRecordedComputeDtype) {
+  const Tensor x = random({4, 3, 2, 2}, 27, DType::f32);
+  const Tensor gamma = ones({3}), beta = zeros({3});
+  struct Case { AmpLevel level; bool keep; DType out, compute; };
+  for (const Case c : {Case{AmpLevel::O2, true, DType::f32, DType::f32},   // x stays f32 at O2
+                       Case{AmpLevel::O3, true, DType::bf16, DType::f32},  // mixed io
+                       Case{AmpLevel::O3, false, DType::bf16, DType::bf16}}) {
+    std::vector<OpRecord> trace;
+    OpRecorder rec(&trace);
+    AutocastState s;
+    s.level = c.level;
+    s.keep_norm_fp32 = c.keep;
+    AutocastScope scope(s);
+    Tensor rm = zeros({3}), rv = ones({3});
+    const Tensor xin = c.level == AmpLevel::O2 ? x : x.astype(DType::bf16);
+    const Tensor y = ops::batch_norm(xin, gamma, beta, rm, rv);
+    EXPECT_EQ(y.dtype(), c.out) << amp_level_name(c.level);
+    ASSERT_FALSE(trace.empty());
+    EXPECT_EQ(trace.back().op, OpId::batch_norm);
+    EXPECT_EQ(trace.back().compute_dtype, c.compute) << amp_level_name(c.level) << " keep " << c.keep;
+    EXPECT_EQ(rm.dtype(), DType::f32);
+  }
+}
+
+TEST(BatchNorm, GammaGradientIsF32ForBf16Activations) {
+  Tensor x = random({4, 3, 2, 2}, 28, DType::bf16).set_requires_grad(true);
+  Tensor gamma = ones({3}).set_requires_grad(true), beta = zeros({3}).set_requires_grad(true);
+  Tensor rm = zeros({3}), rv = ones({3});
+  ops::sum(ops::batch_norm(x, gamma, beta, rm, rv)).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::bf16);
+  EXPECT_EQ(gamma.grad().dtype(), DType::f32);
+  EXPECT_TRUE(all_close(beta.grad(), full({3}, 16.0)));  // dbeta = sum of ones over N*H*W
+}
+
+TEST(BatchNorm, ClearErrors) {
+  const Tensor x = random({4, 3}, 29, DType::f32);
+  Tensor rm = zeros({3}), rv = ones({3}), none;
+  EXPECT_THROW(ops::batch_norm(x, ones({4}), zeros({3}), rm, rv), Error);
+  EXPECT_THROW(ops::batch_norm(x, ones({3}), zeros({3}), none, rv, {.training = false}), Error);
+  Tensor bad = zeros({2});
+  EXPECT_THROW(ops::batch_norm(x, ones({3}), zeros({3}), bad, rv), Error);
+  try {
+    ops::batch_norm(random({1, 3}, 30, DType::f32), ones({3}), zeros({3}), rm, rv);
+    FAIL() << "expected an error for one value per channel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than one value per channel"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BatchNorm, ReferenceIsThreadCountIndependent) {
+  // Large enough for the parallel loops to engage; every result bit must match.
+  const Tensor x = random({16, 8, 24, 24}, 60, DType::f32, -2, 2);
+  const Tensor w = random(x.shape(), 61, DType::f32);
+  std::vector<float> out[2];
+  const int saved = omp_get_max_threads();
+  for (int k = 0; k < 2; ++k) {
+    omp_set_num_threads(k == 0 ? 1 : 2);
+    ops::ForceImpl force("ref");
+    Tensor xg = x.detach().set_requires_grad(true);
+    Tensor g = ones({8}).set_requires_grad(true), b = zeros({8}).set_requires_grad(true);
+    Tensor rm = zeros({8}), rv = ones({8});
+    ops::sum(ops::mul(ops::batch_norm(xg, g, b, rm, rv), w)).backward();
+    Tensor lg = ones({8 * 24 * 24}).set_requires_grad(true);
+    const Tensor yl = ops::layer_norm(x.reshape({16, 8 * 24 * 24}), lg, Tensor());
+    ops::sum(ops::mul(yl, w.reshape({16, 8 * 24 * 24}))).backward();
+    out[k] = xg.grad().to_vector<float>();
+    for (const Tensor& t : {g.grad(), rm, rv, yl, lg.grad()}) {
+      const auto v = t.to_vector<float>();
+      out[k].insert(out[k].end(), v.begin(), v.end());
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(out[0], out[1]);
+}
+
+// ---------------------------------------------------------------- layer norm
+
+TEST(LayerNorm, HandComputed) {
+  // {1, 2, 3, 4}: mean 2.5, biased var 1.25.
+  // A constant row normalises to 0 (eps keeps 0 / 0 away), leaving beta.
+  const Tensor x = f32({1, 2, 3, 4, 2, 2, 2, 2}, {2, 4});
+  const Tensor y = ops::layer_norm(x, f32({1, 1, 2, 2}, {4}), f32({0, 0, 0, 1}, {4}), 1, 1e-5);
+  const float s = 1.0f / std::sqrt(1.25f + 1e-5f);
+  EXPECT_TRUE(all_close(y, f32({-1.5f * s, -0.5f * s, 2 * 0.5f * s, 2 * 1.5f * s + 1, 0, 0, 0, 1}, {2, 4}))) << y;
+}
+
+TEST(LayerNorm, GradCheck) {
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::layer_norm(in[0], in[1], in[2], 2); },
+                        {random({3, 2, 4}, 31), random({2, 4}, 32, DType::f64, 0.5, 1.5), random({2, 4}, 33)}));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::layer_norm(in[0], in[1], in[2]); },
+                        {random({2, 3, 5}, 34), random({5}, 35, DType::f64, 0.5, 1.5), random({5}, 36)}));
+}
+
+TEST(LayerNorm, ForwardMatchesF64InEveryDtype) {
+  EXPECT_TRUE(testing::matches_f64_in_all_dtypes(
+      [](const V& in) { return ops::layer_norm(in[0], in[1], in[2], 1); },
+      {random({6, 37}, 37, DType::f64, -3, 3), random({37}, 38, DType::f64, 0.5, 1.5), random({37}, 39)}));
+}
+
+TEST(LayerNorm, Bf16ActivationsWithF32ParametersMatchF64) {
+  const Tensor x = random({5, 64}, 40, DType::bf16, -3, 3);
+  const Tensor gamma = random({64}, 41, DType::f32, 0.5, 1.5), beta = random({64}, 42, DType::f32);
+  for (const char* impl : {"", "ref"}) {
+    ops::ForceImpl force(impl);
+    const Tensor y = ops::layer_norm(x, gamma, beta);
+    ASSERT_EQ(y.dtype(), DType::bf16);
+    const Tensor expect = ops::layer_norm(x.astype(DType::f64), gamma.astype(DType::f64),
+                                          beta.astype(DType::f64));
+    EXPECT_TRUE(all_close(y, expect)) << impl;
+  }
+}
+
+TEST(LayerNorm, NonContiguousInput) {
+  const Tensor x = random({6, 4}, 43, DType::f32).transpose(0, 1);
+  ASSERT_FALSE(x.is_contiguous());
+  const Tensor g = random({6}, 44, DType::f32), b = random({6}, 45, DType::f32);
+  EXPECT_TRUE(all_close(ops::layer_norm(x, g, b), ops::layer_norm(x.contiguous(), g, b)));
+  EXPECT_TRUE(gradcheck([](const V& in) { return ops::layer_norm(in[0].transpose(0, 1), in[1], in[2]); },
+                        {random({5, 3}, 46), random({5}, 47), random({5}, 48)}));
+  EXPECT_THROW(ops::layer_norm(x, random({4}, 49, DType::f32), b), Error);
+  EXPECT_THROW(ops::layer_norm(x, g, b, 3), Error);
+}
+
+// ---------------------------------------------------------------- oneDNN against the reference
+
+#if MIXPREC_WITH_ONEDNN
+struct NormRun {
+  Tensor y, dx, dgamma, dbeta;
+};
+
+NormRun run_bn(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, const Tensor& w,
+               bool training, const char* impl) {
+  ops::ForceImpl force(impl);
+  Tensor x = x0.detach().set_requires_grad(true);
+  Tensor gamma = gamma0.detach().clone().set_requires_grad(true);
+  Tensor beta = beta0.detach().clone().set_requires_grad(true);
+  Tensor rm = full({x.shape()[1]}, 0.1), rv = full({x.shape()[1]}, 1.3);
+  Tensor y = ops::batch_norm(x, gamma, beta, rm, rv, {.training = training});
+  ops::sum(ops::mul(y.astype(DType::f32), w)).backward();
+  return {y, x.grad(), gamma.grad(), beta.grad()};
+}
+
+TEST(BatchNorm, OneDnnAcceptsF32Bf16AndF16ViaF32) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (bool training : {true, false}) {
+      const Tensor x = random({2, 3, 4, 4}, 50, d);
+      ops::BatchNormForward f{.x = x, .gamma = ones({3}), .beta = zeros({3}), .mean = zeros({3}),
+                              .var = ones({3}), .y = Tensor::empty(x.shape(), {.dtype = d}),
+                              .training = training};
+      const std::string why = d == DType::f16 ? ops::onednn::batch_norm_forward_f16_declines(f)
+                                              : ops::onednn::batch_norm_forward_declines(f);
+      if (d == DType::bf16 && !ops::onednn::computes_in(DType::bf16)) continue;
+      EXPECT_EQ(why, "") << dtype_name(d) << " training " << training;
+      ops::BatchNormBackward b{.x = x, .dy = x, .gamma = ones({3}), .mean = zeros({3}),
+                               .var = ones({3}), .dx = Tensor::empty(x.shape(), {.dtype = d}),
+                               .dgamma = zeros({3}), .dbeta = zeros({3}), .training = training};
+      EXPECT_EQ(d == DType::f16 ? ops::onednn::batch_norm_backward_f16_declines(b)
+                                : ops::onednn::batch_norm_backward_declines(b), "")
+          << dtype_name(d) << " training " << training;
+    }
+  }
+}
+
+TEST(BatchNorm, OneDnnMatchesReference) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (bool training : {true, false}) {
+      for (bool channels_last : {false, true}) {
+        Tensor x = random({8, 16, 7, 7}, 51, d, -2, 3);
+        if (channels_last) x = random({8, 7, 7, 16}, 51, d, -2, 3).permute({0, 3, 1, 2});
+        const Tensor gamma = random({16}, 52, DType::f32, 0.5, 1.5), beta = random({16}, 53, DType::f32);
+        const Tensor w = random(x.shape(), 54, DType::f32);
+        const NormRun a = run_bn(x, gamma, beta, w, training, "");
+        const NormRun r = run_bn(x, gamma, beta, w, training, "ref");
+        const std::string what = std::string(dtype_name(d)) + (training ? " training" : " eval") +
+                                 (channels_last ? " channels-last" : " nchw");
+        const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-5}
+                                                       : testing::tolerance_for(d);
+        EXPECT_TRUE(all_close(a.y, r.y, tol)) << what;
+        EXPECT_TRUE(all_close(a.dx, r.dx, {tol.rel, tol.abs * 10})) << what;
+        EXPECT_TRUE(all_close(a.dgamma, r.dgamma, {1e-3, 1e-3})) << what;
+        EXPECT_TRUE(all_close(a.dbeta, r.dbeta, {1e-4, 1e-4})) << what;
+      }
+    }
+  }
+}
+
+TEST(LayerNorm, OneDnnMatchesReference) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    const Tensor x = random({4, 6, 48}, 55, d, -2, 3);
+    const Tensor gamma = random({48}, 56, DType::f32, 0.5, 1.5), beta = random({48}, 57, DType::f32);
+    const Tensor w = random(x.shape(), 58, DType::f32);
+    ops::LayerNormForward f{.x = x.reshape({24, 48}), .gamma = gamma, .beta = beta,
+                            .y = Tensor::empty({24, 48}, {.dtype = d}), .mean = zeros({24}),
+                            .var = zeros({24})};
+    if (d != DType::bf16 || ops::onednn::computes_in(d)) {
+      EXPECT_EQ(d == DType::f16 ? ops::onednn::layer_norm_forward_f16_declines(f)
+                                : ops::onednn::layer_norm_forward_declines(f), "") << dtype_name(d);
+    }
+    NormRun runs[2];
+    for (int k = 0; k < 2; ++k) {
+      ops::ForceImpl force(k == 0 ? "" : "ref");
+      Tensor xg = x.detach().set_requires_grad(true);
+      Tensor gg = gamma.clone().set_requires_grad(true), bg = beta.clone().set_requires_grad(true);
+      Tensor y = ops::layer_norm(xg, gg, bg);
+      ops::sum(ops::mul(y.astype(DType::f32), w)).backward();
+      runs[k] = {y, xg.grad(), gg.grad(), bg.grad()};
+    }
+    const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-5}
+                                                   : testing::tolerance_for(d);
+    EXPECT_TRUE(all_close(runs[0].y, runs[1].y, tol)) << dtype_name(d);
+    EXPECT_TRUE(all_close(runs[0].dx, runs[1].dx, {tol.rel, tol.abs * 10})) << dtype_name(d);
+    EXPECT_TRUE(all_close(runs[0].dgamma, runs[1].dgamma, {1e-3, 1e-3})) << dtype_name(d);
+    EXPECT_TRUE(all_close(runs[0].dbeta, runs[1].dbeta, {1e-4, 1e-4})) << dtype_name(d);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace mixprec
