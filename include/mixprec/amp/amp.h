@@ -94,12 +94,12 @@ class TrainOneStepCell : public nn::Cell {
 };
 
 struct BuildOptions {
-  std::optional<bool> keep_batchnorm_fp32;  // level default: true at O2, false otherwise
+  std::optional<bool> keep_batchnorm_fp32{};  // level default: true at O2, false otherwise
   // The low dtype (f16 or bf16; default bf16 on CPU). f32 turns the level's casts off.
-  std::optional<DType> cast_model_type;
+  std::optional<DType> cast_model_type{};
   // Level default when not set: DynamicLossScaleManager(2^24, 2, 2000) at O2, none otherwise.
   // Set to nullptr explicitly for no loss scaling.
-  std::optional<std::shared_ptr<LossScaleManager>> loss_scale_manager;
+  std::optional<std::shared_ptr<LossScaleManager>> loss_scale_manager{};
   TrainStepOptions step;
 };
 

@@ -22,7 +22,7 @@ using ops::PadMode;
 
 struct DenseOptions {
   init::Initializer weight_init = init::HeUniform(std::sqrt(5.0));
-  std::optional<init::Initializer> bias_init;  // default Uniform(1/sqrt(in_channels))
+  std::optional<init::Initializer> bias_init{};  // default Uniform(1/sqrt(in_channels))
   bool has_bias = true;
   Activation activation = Activation::none;  // fused into the GEMM where oneDNN allows
 };
@@ -48,7 +48,7 @@ struct Conv2dOptions {
   int64_t group = 1;
   bool has_bias = false;
   init::Initializer weight_init = init::HeUniform(std::sqrt(5.0));
-  std::optional<init::Initializer> bias_init;  // default Uniform(1/sqrt(fan_in))
+  std::optional<init::Initializer> bias_init{};  // default Uniform(1/sqrt(fan_in))
   Activation activation = Activation::none;
 };
 
@@ -76,7 +76,7 @@ struct BatchNormOptions {
   init::Initializer beta_init = init::Zero();
   // Use batch statistics in training mode (default) and running ones in eval mode; set to
   // force one or the other.
-  std::optional<bool> use_batch_statistics;
+  std::optional<bool> use_batch_statistics{};
 };
 
 class BatchNorm2d : public Cell {

@@ -76,7 +76,7 @@ struct AutocastState {
   AmpLevel level = AmpLevel::O0;
   DType low = DType::bf16;
   // Set inside a cell with to_float(dtype): every floating input is cast to it (wins over lists).
-  std::optional<DType> forced;
+  std::optional<DType> forced{};
   // Norms (BatchNorm, LayerNorm) compute in fp32 even at O3 / inside forced-low cells when set.
   bool keep_norm_fp32 = false;
   // custom_mixed_precision: per-op policy overrides of the registry defaults.
@@ -86,8 +86,8 @@ struct AutocastState {
 
 // What autocast decided for one op call.
 struct CastDecision {
-  std::optional<DType> input;   // cast floating inputs to this
-  std::optional<DType> output;  // then cast the output to this
+  std::optional<DType> input{};   // cast floating inputs to this
+  std::optional<DType> output{};  // then cast the output to this
   // Norms in fp32 with activations left in their (low) dtype: parameters, statistics and all
   // arithmetic are fp32; input and output tensors keep the activation dtype.
   bool norm_fp32_mixed_io = false;
