@@ -1,0 +1,56 @@
+// The 2-D convolution problem shared by the op wrapper (conv.cpp) and its kernels (ref/conv,
+// onednn/conv): resolved geometry (padding made explicit for every PadMode) and the three
+// problems (forward, backward-data, backward-weights) with their preallocated outputs.
+// Invariants: x, w, b (and dy) share one dtype; x, y, dy and dx are NCHW or channels-last
+// (image_layout.h); dw and db are row-major in acc_dtype(x.dtype()).
+#pragma once
+
+#include <string>
+
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::ops::detail {
+
+struct ConvGeometry {
+  int64_t n = 0, cin = 0, h = 0, w = 0;  // input
+  int64_t cout = 0, kh = 0, kw = 0;      // weight [cout, cin / groups, kh, kw]
+  int64_t oh = 0, ow = 0;                // output
+  int64_t groups = 1;
+  int64_t stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1;
+  int64_t pad_t = 0, pad_b = 0, pad_l = 0, pad_r = 0;
+
+  int64_t cin_g() const { return cin / groups; }
+  int64_t cout_g() const { return cout / groups; }
+  Shape out_shape() const { return {n, cout, oh, ow}; }
+  std::string str() const;  // "k3x3 s1x1 d1x1 p0,0,0,0 g1"
+};
+
+// Validates shapes and options (user errors throw naming the op) and resolves the padding.
+ConvGeometry conv_geometry(const Shape& x, const Shape& w, const Conv2dOptions& o);
+
+struct ConvFwdProblem {
+  Tensor x, w, b;  // b may be undefined
+  Tensor y;        // preallocated, x's dtype and layout
+  ConvGeometry g;
+  bool relu = false;
+  Device device() const { return x.device(); }
+  std::string describe() const;
+};
+
+struct ConvBwdDataProblem {
+  Tensor dy, w;
+  Tensor dx;  // preallocated, x's dtype and layout
+  ConvGeometry g;
+  Device device() const { return dy.device(); }
+  std::string describe() const;
+};
+
+struct ConvBwdWeightsProblem {
+  Tensor x, dy;
+  Tensor dw, db;  // preallocated in acc dtype; either may be undefined (not needed)
+  ConvGeometry g;
+  Device device() const { return x.device(); }
+  std::string describe() const;
+};
+
+}  // namespace mixprec::ops::detail

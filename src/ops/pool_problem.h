@@ -1,0 +1,59 @@
+// The 2-D pooling problem shared by the op wrappers (pool.cpp) and their kernels (ref/pool,
+// onednn/pool): resolved geometry (PyTorch's output-size rule with ceil_mode; adaptive bins)
+// and the forward/backward problems. Invariants: x, y, dy, dx are dense in `layout` and share
+// x's dtype; pad_b/pad_r include the ceil-mode overhang, so (h + pad_t + pad_b - kh) / stride
+// + 1 == oh exactly, as oneDNN wants.
+#pragma once
+
+#include <string>
+
+#include "image_layout.h"
+#include "mixprec/ops/ops.h"
+
+namespace mixprec::ops::detail {
+
+enum class PoolKind { max, avg };
+
+struct PoolGeometry {
+  PoolKind kind = PoolKind::max;
+  ImageLayout layout = ImageLayout::nchw;
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, stride_h = 1, stride_w = 1;
+  int64_t pad_t = 0, pad_l = 0;  // the symmetric padding (top = bottom, left = right)
+  int64_t pad_b = 0, pad_r = 0;  // bottom/right as oneDNN sees them (>= pad_t/pad_l)
+  bool count_include_pad = true;
+  // Adaptive bins (PyTorch): row i covers [floor(i*h/oh), ceil((i+1)*h/oh)); kernel, stride
+  // and padding are then unused. The wrapper turns uniform adaptive pooling into plain pooling.
+  bool adaptive = false;
+
+  Shape in_shape() const { return {n, c, h, w}; }
+  Shape out_shape() const { return {n, c, oh, ow}; }
+  std::string str() const;
+};
+
+// Validates options against x's shape (user errors name `op`) and resolves the output size.
+PoolGeometry pool_geometry(PoolKind kind, const Shape& x, const Pool2dOptions& o, const char* op);
+// Adaptive average pooling to (oh, ow); plain pooling when the bins are uniform.
+PoolGeometry adaptive_geometry(const Shape& x, int64_t oh, int64_t ow);
+
+struct PoolFwdProblem {
+  Tensor x, y;  // y preallocated
+  // Max pooling for training: an implementation may leave a workspace here for its backward
+  // (oneDNN's argmax indices). Null when no backward will run.
+  Tensor* workspace = nullptr;
+  PoolGeometry g;
+  Device device() const { return x.device(); }
+  std::string describe() const;
+};
+
+struct PoolBwdProblem {
+  Tensor dy;
+  Tensor x;          // the forward input (max pooling; the reference recomputes the argmax)
+  Tensor workspace;  // what the forward left, if anything
+  Tensor dx;         // preallocated
+  PoolGeometry g;
+  Device device() const { return dy.device(); }
+  std::string describe() const;
+};
+
+}  // namespace mixprec::ops::detail

@@ -1,0 +1,354 @@
+// ops::conv2d: hand-computed values and padding rules, forward against the f64 oracle in every
+// dtype, f64 gradient checks (reference kernels), oneDNN against the reference (f32 tight, bf16
+// and the f16 emulation within tolerance) on the zoo's shapes, channels-last and
+// non-contiguous inputs, the fused ReLU, f32 weight gradients for bf16, f16 overflow, errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "mixprec/cpu_features.h"
+#include "mixprec/ops/autocast.h"
+#include "mixprec/version.h"
+#include "op_test_util.h"
+#include "ops/dispatch.h"
+
+namespace mixprec {
+namespace {
+using ops::Conv2dOptions;
+using ops::PadMode;
+using testing::all_close;
+using testing::gradcheck;
+using testing::matches_f64_in_all_dtypes;
+using testing::random;
+using V = std::vector<Tensor>;
+
+struct ConvCase {
+  const char* name;
+  Shape x, w;
+  bool bias;
+  Conv2dOptions o;
+};
+
+// The zoo's convolutions (smaller batches) and the corner cases of the geometry.
+std::vector<ConvCase> cases() {
+  return {
+      {"simplenet", {2, 1, 28, 28}, {32, 1, 3, 3}, true, {.pad_mode = PadMode::valid}},
+      {"lenet_pad2", {2, 1, 28, 28}, {6, 1, 5, 5}, true, {.pad_mode = PadMode::pad, .padding = {2, 2, 2, 2}}},
+      {"lenet_conv2", {2, 6, 14, 14}, {16, 6, 5, 5}, true, {}},
+      {"convnet_same", {2, 32, 14, 14}, {64, 32, 3, 3}, true, {.pad_mode = PadMode::same}},
+      {"resnet_strided", {2, 32, 14, 14}, {64, 32, 3, 3}, false,
+       {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}}},
+      {"resnet_shortcut", {2, 32, 14, 14}, {64, 32, 1, 1}, false, {.stride = {2, 2}}},
+      {"groups2", {2, 8, 9, 9}, {6, 4, 3, 3}, true, {.pad_mode = PadMode::same, .groups = 2}},
+      {"dilation2", {2, 4, 11, 11}, {5, 4, 3, 3}, true,
+       {.pad_mode = PadMode::pad, .padding = {2, 2, 2, 2}, .dilation = {2, 2}}},
+      {"same_stride2_asym", {2, 3, 8, 8}, {4, 3, 3, 3}, true, {.stride = {2, 2}, .pad_mode = PadMode::same}},
+      {"rect_even_kernel", {1, 3, 7, 10}, {2, 3, 2, 4}, true, {.stride = {1, 2}, .pad_mode = PadMode::same}},
+  };
+}
+
+// Weights scaled like an initialiser (1/sqrt(fan_in)) so outputs stay O(1).
+V case_inputs(const ConvCase& c, uint64_t seed, DType dt = DType::f64) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.w[1] * c.w[2] * c.w[3]));
+  return {random(c.x, seed, dt), random(c.w, seed + 1, dt, -scale, scale),
+          c.bias ? random({c.w[0]}, seed + 2, dt) : Tensor()};
+}
+
+Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+
+bool strides_are_nhwc(const Tensor& y) {
+  const Shape& s = y.shape();
+  return y.strides() == Strides{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+}
+
+// Forward, then the node's own backward with a fixed output gradient: y, dx, dw, db in the
+// dtypes the kernels produce (no engine casts).
+struct ConvRun {
+  Tensor y, dx, dw, db;
+};
+ConvRun run_conv(const V& in, const Conv2dOptions& o, std::string_view impl, Tensor gy = {}) {
+  ops::ForceImpl force(impl);
+  V leaves;
+  for (const Tensor& t : in) leaves.push_back(t.defined() ? t.detach().set_requires_grad(true) : t);
+  const Tensor y = ops::conv2d(leaves[0], leaves[1], leaves[2], o);
+  if (!gy.defined()) gy = random(y.shape(), 7, y.dtype());
+  NoGradGuard ng;
+  const V g = y.grad_fn()->backward({gy});
+  return {y.detach(), g[0], g[1], g[2]};
+}
+
+bool onednn_computes(DType d) {
+#if MIXPREC_WITH_ONEDNN
+  return d == DType::f32 || d == DType::f16 || cpu_features().avx512f;
+#else
+  (void)d;
+  return false;
+#endif
+}
+const char* fast_impl(DType d) { return d == DType::f16 ? "f16_via_f32" : "onednn"; }
+
+::testing::AssertionResult runs_close(const ConvRun& a, const ConvRun& b, testing::Tolerance tol,
+                                      testing::Tolerance grad_tol) {
+  if (auto r = all_close(a.y, b.y, tol); !r) return r << " (y)";
+  if (auto r = all_close(a.dx, b.dx, tol); !r) return r << " (dx)";
+  if (auto r = all_close(a.dw, b.dw, grad_tol); !r) return r << " (dw)";
+  if (a.db.defined())
+    if (auto r = all_close(a.db, b.db, grad_tol); !r) return r << " (db)";
+  return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------- values and padding rules
+
+TEST(Conv2d, HandComputed) {
+  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  const Tensor w = Tensor::from_vector<float>({1, 0, 0, 1}, {1, 1, 2, 2});
+  const Tensor b = Tensor::from_vector<float>({0.5f}, {1});
+  EXPECT_EQ(ops::conv2d(x, w, b).to_vector<float>(), (std::vector<float>{6.5f, 8.5f, 12.5f, 14.5f}));
+  // same, stride 1, 2x2 kernel: one row/column of padding, at the bottom/right.
+  const Tensor s = ops::conv2d(x, w, {}, {.pad_mode = PadMode::same});
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{6, 8, 3, 12, 14, 6, 7, 8, 9}));
+  // Explicit padding top 1, left 1 only, stride 2.
+  const Tensor p = ops::conv2d(x, w, {}, {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {1, 0, 1, 0}});
+  EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1, 3, 7, 14}));
+  // Fused ReLU clamps the negatives.
+  const Tensor r = ops::conv2d(x, ops::neg(w), b, {.activation = ops::Activation::relu});
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{0, 0, 0, 0}));
+  // Groups: each output channel sees only its group's input channel.
+  const Tensor x2 = ops::concat({x, ops::mul(x, 10.0)}, 1);
+  const Tensor g = ops::conv2d(x2, ones({2, 1, 1, 1}), {}, {.groups = 2});
+  EXPECT_EQ(g.at({0, 1, 2, 2}), 90.0);
+  EXPECT_EQ(g.at({0, 0, 2, 2}), 9.0);
+  // Dilation 2 on a 3x3 input with a 2x2 kernel reads the four corners.
+  EXPECT_EQ(ops::conv2d(x, ones({1, 1, 2, 2}), {}, {.dilation = {2, 2}}).to_vector<float>(),
+            (std::vector<float>{20}));
+}
+
+TEST(Conv2d, SamePaddingPutsTheExtraAtBottomRight) {
+  // in 8, k 3, stride 2: out 4, total padding 1 -> top 0, bottom 1 (TensorFlow/MindSpore).
+  const V in = case_inputs(cases()[8], 3);
+  const Tensor same = ops::conv2d(in[0], in[1], in[2], {.stride = {2, 2}, .pad_mode = PadMode::same});
+  const Tensor expl = ops::conv2d(in[0], in[1], in[2], {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {0, 1, 0, 1}});
+  EXPECT_EQ(same.shape(), (Shape{2, 4, 4, 4}));
+  EXPECT_TRUE(all_close(same, expl));
+  // in 5, k 3, stride 2: out 3, total 2 -> 1 and 1; in 7 stride 3: out 3, total 2.
+  const Tensor x5 = random({1, 1, 5, 7}, 4);
+  const Tensor w = random({1, 1, 3, 3}, 5);
+  EXPECT_TRUE(all_close(ops::conv2d(x5, w, {}, {.stride = {2, 3}, .pad_mode = PadMode::same}),
+                        ops::conv2d(x5, w, {}, {.stride = {2, 3}, .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}})));
+  // Even kernel, stride 1: total 1, all at the bottom/right.
+  const Tensor w2 = random({1, 1, 2, 2}, 6);
+  EXPECT_TRUE(all_close(ops::conv2d(x5, w2, {}, {.pad_mode = PadMode::same}),
+                        ops::conv2d(x5, w2, {}, {.pad_mode = PadMode::pad, .padding = {0, 1, 0, 1}})));
+}
+
+TEST(Conv2d, ForwardMatchesF64InEveryDtype) {
+  for (const ConvCase& c : cases()) {
+    for (bool relu : {false, true}) {
+      Conv2dOptions o = c.o;
+      o.activation = relu ? ops::Activation::relu : ops::Activation::none;
+      EXPECT_TRUE(matches_f64_in_all_dtypes(
+          [&](const V& in) { return ops::conv2d(in[0], in[1], in[2], o); }, case_inputs(c, 11)))
+          << c.name << (relu ? " relu" : "");
+    }
+  }
+}
+
+// ---------------------------------------------------------------- gradients
+
+TEST(Conv2d, GradCheck) {
+  const std::vector<ConvCase> small = {
+      {"valid_bias", {2, 2, 5, 5}, {3, 2, 3, 3}, true, {}},
+      {"same_stride2", {1, 2, 6, 5}, {2, 2, 3, 3}, true, {.stride = {2, 2}, .pad_mode = PadMode::same}},
+      {"pad_asym", {1, 1, 4, 5}, {2, 1, 2, 3}, false, {.pad_mode = PadMode::pad, .padding = {1, 0, 2, 1}}},
+      {"groups2_dilation2", {1, 4, 6, 6}, {4, 2, 2, 2}, true, {.pad_mode = PadMode::same, .dilation = {2, 2}, .groups = 2}},
+      {"shortcut_1x1_s2", {2, 3, 5, 5}, {2, 3, 1, 1}, false, {.stride = {2, 2}}},
+      {"relu", {1, 2, 5, 5}, {3, 2, 3, 3}, true, {.activation = ops::Activation::relu}},
+  };
+  for (const ConvCase& c : small) {
+    const V in = case_inputs(c, 21);
+    EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0], v[1], v[2], c.o); }, in)) << c.name;
+  }
+  // Channels-last input (the permute happens inside, so the conv sees NHWC strides).
+  const ConvCase& c = small[1];
+  EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0].permute({0, 3, 1, 2}), v[1], v[2], c.o); },
+                        {random({1, 6, 5, 2}, 22), random(c.w, 23), random({2}, 24)}));
+}
+
+TEST(Conv2d, OnlySomeInputsRequireGrad) {
+  const V in = case_inputs(cases()[6], 31, DType::f32);
+  Tensor w = in[1].detach().set_requires_grad(true);
+  ops::sum(ops::conv2d(in[0], w, in[2], cases()[6].o)).backward();
+  ASSERT_TRUE(w.grad().defined());
+  Tensor b = in[2].detach().set_requires_grad(true);  // bias only
+  ops::sum(ops::conv2d(in[0], in[1], b, cases()[6].o)).backward();
+  // d sum(y) / d b[c] = N * oh * ow.
+  EXPECT_NEAR(b.grad().at({0}), 2 * 9 * 9, 1e-3);
+}
+
+// ---------------------------------------------------------------- fast kernels vs reference
+
+TEST(Conv2d, OneDnnMatchesReference) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    if (!onednn_computes(d)) GTEST_SKIP() << "no oneDNN kernels for " << dtype_name(d);
+    const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+    for (const ConvCase& c : cases()) {
+      const V in = case_inputs(c, 41, d);
+      const ConvRun fast = run_conv(in, c.o, fast_impl(d));
+      const ConvRun ref = run_conv(in, c.o, "ref");
+      // Weight gradients sum N*oh*ow products in f32 in different orders: looser for 16-bit
+      // inputs only because the summed values are larger.
+      EXPECT_TRUE(runs_close(fast, ref, tol, {1e-4, 1e-4})) << c.name << " " << dtype_name(d);
+      EXPECT_EQ(fast.dw.dtype(), acc_dtype(d)) << c.name;
+    }
+  }
+}
+
+TEST(Conv2d, Bf16WeightAndBiasGradientsAreF32) {
+  const ConvCase c = cases()[3];
+  const V in = case_inputs(c, 51, DType::bf16);
+  for (const char* impl : {"", "ref"}) {
+    const ConvRun r = run_conv(in, c.o, impl);
+    EXPECT_EQ(r.y.dtype(), DType::bf16);
+    EXPECT_EQ(r.dx.dtype(), DType::bf16);
+    EXPECT_EQ(r.dw.dtype(), DType::f32) << impl;
+    EXPECT_EQ(r.db.dtype(), DType::f32) << impl;
+    // The same computation in f64 on the same (bf16) values: the f32 gradient is far closer
+    // than a bf16 rounding (2^-9 relative) would allow.
+    V in64;
+    for (const Tensor& t : in) in64.push_back(t.astype(DType::f64));
+    const ConvRun e = run_conv(in64, c.o, "", random(r.y.shape(), 7, DType::bf16).astype(DType::f64));
+    EXPECT_TRUE(all_close(r.dw, e.dw, {1e-5, 1e-5})) << impl;
+    EXPECT_TRUE(all_close(r.db, e.db, {1e-5, 1e-5})) << impl;
+  }
+}
+
+TEST(Conv2d, ChannelsLastInputGivesChannelsLastOutputAndSameValues) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (const ConvCase& c : {cases()[3], cases()[4], cases()[6]}) {
+      V in = case_inputs(c, 61, d);
+      V in_cl = in;
+      in_cl[0] = channels_last(in[0]);
+      ASSERT_TRUE(strides_are_nhwc(in_cl[0]));
+      const ConvRun a = run_conv(in, c.o, "");
+      const ConvRun b = run_conv(in_cl, c.o, "");
+      EXPECT_TRUE(strides_are_nhwc(b.y)) << c.name;
+      EXPECT_TRUE(strides_are_nhwc(b.dx)) << c.name;
+      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+      EXPECT_TRUE(runs_close(b, a, tol, {1e-4, 1e-4})) << c.name << " " << dtype_name(d);
+    }
+  }
+}
+
+TEST(Conv2d, SingleChannelInputBuiltChannelsLastStaysChannelsLast) {
+  // [N, 1, H, W] is ambiguous; built from NHWC data it counts as channels-last.
+  const Tensor x = random({2, 6, 6, 1}, 62, DType::f32).permute({0, 3, 1, 2});
+  const Tensor w = random({4, 1, 3, 3}, 63, DType::f32);
+  EXPECT_TRUE(strides_are_nhwc(ops::conv2d(x, w)));
+  EXPECT_FALSE(strides_are_nhwc(ops::conv2d(x.clone(), w)));
+  EXPECT_TRUE(all_close(ops::conv2d(x, w), ops::conv2d(x.clone(), w)));
+}
+
+TEST(Conv2d, NonContiguousInput) {
+  const ConvCase c = cases()[6];
+  const V in = case_inputs(c, 71, DType::f32);
+  const Tensor wide = random({2, 8, 9, 18}, 72, DType::f32);
+  const Tensor x = wide.slice(3, 0, 18, 2);  // every other column
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_TRUE(all_close(ops::conv2d(x, in[1], in[2], c.o), ops::conv2d(x.contiguous(), in[1], in[2], c.o)));
+  const Tensor wt = in[1].permute({0, 1, 3, 2}).contiguous().permute({0, 1, 3, 2});  // strided weight
+  EXPECT_TRUE(all_close(ops::conv2d(in[0], wt, in[2], c.o), ops::conv2d(in[0], in[1], in[2], c.o)));
+  EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0].slice(3, 0, 8, 2), v[1]); },
+                        {random({1, 2, 5, 8}, 73), random({2, 2, 2, 2}, 74)}));
+}
+
+TEST(Conv2d, FusedReluMatchesConvThenRelu) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (const ConvCase& c : {cases()[0], cases()[3], cases()[6]}) {
+      const V in = case_inputs(c, 81, d);
+      Conv2dOptions fused = c.o;
+      fused.activation = ops::Activation::relu;
+      V a, b;
+      for (const Tensor& t : in) {
+        a.push_back(t.defined() ? t.detach().set_requires_grad(true) : t);
+        b.push_back(t.defined() ? t.detach().set_requires_grad(true) : t);
+      }
+      const Tensor y1 = ops::conv2d(a[0], a[1], a[2], fused);
+      const Tensor y2 = ops::relu(ops::conv2d(b[0], b[1], b[2], c.o));
+      // Rounding commutes with ReLU, so the values agree exactly.
+      EXPECT_TRUE(all_close(y1, y2, {0, 0})) << c.name << " " << dtype_name(d);
+      const Tensor gy = random(y1.shape(), 82, d);
+      ops::sum(ops::mul(y1, gy)).backward();
+      ops::sum(ops::mul(y2, gy)).backward();
+      for (size_t i = 0; i < 3; ++i)
+        if (a[i].defined()) {
+          EXPECT_TRUE(all_close(a[i].grad(), b[i].grad(), {0, 0})) << c.name << " input " << i;
+        }
+    }
+  }
+}
+
+TEST(Conv2d, F16OverflowsToInfLikeAnAccelerator) {
+  const Tensor x = full({1, 1, 3, 3}, 60000.0, {.dtype = DType::f16});
+  const Tensor w = ones({2, 1, 3, 3}, {.dtype = DType::f16});
+  const Tensor w_small = full({1, 1, 3, 3}, 0.1, {.dtype = DType::f16});
+  for (const char* impl : {"", "ref"}) {
+    ops::ForceImpl force(impl);
+    const Tensor y = ops::conv2d(x, w);  // 9 * 60000 = 540000 > 65504
+    EXPECT_EQ(y.dtype(), DType::f16);
+    EXPECT_TRUE(std::isinf(y.at({0, 0, 0, 0})) && y.at({0, 0, 0, 0}) > 0) << impl;
+    // 9 * 60000 * 0.1 (rounded) = 53990.6: finite, rounded once to f16.
+    const double expect = 9 * 60000 * static_cast<double>(to_f32(to_f16(0.1f)));
+    EXPECT_NEAR(ops::conv2d(x, w_small).at({0, 0, 0, 0}), expect, 32.0) << impl;
+  }
+}
+
+TEST(Conv2d, MixedInputDtypesPromote) {
+  const Tensor x = random({1, 2, 4, 4}, 91, DType::bf16);
+  const Tensor w = random({3, 2, 3, 3}, 92, DType::f32);
+  const Tensor y = ops::conv2d(x, w);
+  EXPECT_EQ(y.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(y, ops::conv2d(x.astype(DType::f32), w)));
+}
+
+TEST(Conv2d, AutocastO1RunsInLowAndReturnsF32) {
+  const Tensor x = random({1, 2, 6, 6}, 93, DType::f32);
+  const Tensor w = random({3, 2, 3, 3}, 94, DType::f32);
+  std::vector<OpRecord> trace;
+  AutocastState s;
+  s.level = AmpLevel::O1;
+  s.low = DType::bf16;
+  Tensor y;
+  {
+    AutocastScope scope(s);
+    OpRecorder rec(&trace);
+    y = ops::conv2d(x, w);
+  }
+  EXPECT_EQ(y.dtype(), DType::f32);
+  bool saw_conv = false;
+  for (const OpRecord& r : trace)
+    if (r.op == OpId::conv2d) {
+      saw_conv = true;
+      EXPECT_EQ(r.compute_dtype, DType::bf16);
+    }
+  EXPECT_TRUE(saw_conv);
+  EXPECT_TRUE(all_close(y, ops::conv2d(x.astype(DType::bf16), w.astype(DType::bf16)).astype(DType::f32), {0, 0}));
+}
+
+TEST(Conv2d, RejectsBadShapesAndOptions) {
+  const Tensor x = random({1, 4, 5, 5}, 95, DType::f32);
+  EXPECT_THROW(ops::conv2d(x, random({6, 2, 3, 3}, 1, DType::f32), {}, {.groups = 3}), Error);
+  EXPECT_THROW(ops::conv2d(x, random({6, 3, 3, 3}, 1, DType::f32)), Error);  // Cin mismatch
+  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), random({5}, 2, DType::f32)), Error);
+  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.padding = {1, 1, 1, 1}}), Error);
+  EXPECT_THROW(ops::conv2d(x, random({6, 4, 7, 7}, 1, DType::f32)), Error);  // kernel > input
+  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.stride = {0, 1}}), Error);
+  EXPECT_THROW(ops::conv2d(random({4, 5, 5}, 3, DType::f32), random({6, 4, 3, 3}, 1, DType::f32)), Error);
+  try {
+    ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.padding = {1, 1, 1, 1}});
+  } catch (const Error& e) {
+    EXPECT_NE(e.hint().find("PadMode::pad"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mixprec
