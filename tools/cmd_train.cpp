@@ -89,7 +89,7 @@ int run_train(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const int threads = set_threads(a.threads);
   manual_seed(a.seed);
-  const Level level = parse_amp_level(a.amp_level);
+  const AmpLevel level = parse_amp_level(a.amp_level);
   const DType low = parse_low_dtype(a.dtype);
   std::optional<bool> keep_bn;
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
@@ -125,8 +125,8 @@ int run_train(const TrainArgs& a) {
               std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
               step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
               optimizer->name().c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
-  if (level == Level::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
-  if (low == DType::f16 && level != Level::O0)
+  if (level == AmpLevel::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
+  if (low == DType::f16 && level != AmpLevel::O0)
     std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
                 "numerically faithful, not faster; bf16 is the fast type here\n");
   if (a.show_precision) {
@@ -162,7 +162,7 @@ int run_train(const TrainArgs& a) {
     nlohmann::json j;
     j["model"] = a.model;
     j["amp_level"] = std::string(amp_level_name(level));
-    j["dtype"] = level == Level::O0 ? "f32" : a.dtype;
+    j["dtype"] = level == AmpLevel::O0 ? "f32" : a.dtype;
     j["epochs"] = a.epochs;
     j["steps"] = history->steps_;
     j["skipped_steps"] = step.skipped_steps();

@@ -69,8 +69,12 @@ std::string format_precision_table(const std::vector<PrecisionRow>& rows) {
     w2 = std::max(w2, std::min<size_t>(ops.size(), 40));
   }
   auto pad = [](std::string s, size_t w) {
-    if (s.size() > w) s = s.substr(0, w - 3) + "...";
-    return s + std::string(w - s.size() + 2, ' ');
+    if (s.size() > w) {
+      s.resize(w - 3);
+      s.append("...");
+    }
+    s.append(w - s.size() + 2, ' ');
+    return s;
   };
   std::string out = pad("cell", w0) + pad("type", w1) + pad("ops", w2) + pad("compute", 9) +
                     pad("weights", 9) + "output\n";

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "mixprec/mixprec.h"
-#include "test_util.h"
+#include "op_test_util.h"
 
 namespace mixprec {
 namespace {
@@ -63,8 +63,9 @@ TEST(AmpLevels, EveryExecutedOpRunsInTheDesignDtype) {
           EXPECT_EQ(r.compute_dtype, want.value_or(in))
               << model << " " << level << "/" << dtype_name(low) << ": " << op_name(r.op) << " in cell '"
               << r.cell_path << "' ran in " << dtype_name(r.compute_dtype);
-          if (lv == AmpLevel::O1 && op_info(r.op).policy == AmpPolicy::to_low)
+          if (lv == AmpLevel::O1 && op_info(r.op).policy == AmpPolicy::to_low) {
             EXPECT_EQ(r.output_dtype, DType::f32) << "O1 casts white-list outputs back to fp32";
+          }
         }
         EXPECT_GT(compute_ops, 2);
       }
@@ -105,8 +106,11 @@ TEST(AmpLevels, BatchNormStaysFp32AtO2ButNotAtO3) {
   // keep_batchnorm_fp32 = true at O3 brings it back.
   auto net = nn::make_model("convnet-bn");
   amp::auto_mixed_precision(*net, AmpLevel::O3, DType::bf16, true);
-  for (const OpRecord& r : run_recorded(*net, x))
-    if (r.op == OpId::batch_norm) EXPECT_EQ(r.compute_dtype, DType::f32);
+  for (const OpRecord& r : run_recorded(*net, x)) {
+    if (r.op == OpId::batch_norm) {
+      EXPECT_EQ(r.compute_dtype, DType::f32);
+    }
+  }
 }
 
 TEST(AmpLevels, MasterWeightGradientsAreFp32) {
@@ -186,10 +190,12 @@ TEST(AmpLevels, ToFloatOnASubCellWinsOverTheLevel) {
 TEST(AmpLevels, ListsAndErrors) {
   const auto white = amp::get_white_list();
   const auto black = amp::get_black_list();
-  for (const char* n : {"conv2d", "linear", "matmul", "relu"})
+  for (const char* n : {"conv2d", "linear", "matmul", "relu"}) {
     EXPECT_NE(std::find(white.begin(), white.end(), n), white.end()) << n;
-  for (const char* n : {"batch_norm", "layer_norm", "softmax", "log_softmax", "exp", "sum", "softmax_cross_entropy"})
+  }
+  for (const char* n : {"batch_norm", "layer_norm", "softmax", "log_softmax", "exp", "sum", "softmax_cross_entropy"}) {
     EXPECT_NE(std::find(black.begin(), black.end(), n), black.end()) << n;
+  }
   try {
     parse_amp_level("O4");
     FAIL();
@@ -206,8 +212,12 @@ TEST(AmpLevels, CustomWhiteListCastsOnlyThoseOps) {
   auto net = nn::make_model("lenet");
   amp::custom_mixed_precision(*net, {.white_list = {"Dense"}}, DType::bf16);
   for (const OpRecord& r : run_recorded(*net, testing::random({2, 1, 28, 28}, 8, DType::f32))) {
-    if (r.op == OpId::linear) EXPECT_EQ(r.compute_dtype, DType::bf16);
-    if (r.op == OpId::conv2d) EXPECT_EQ(r.compute_dtype, DType::f32);
+    if (r.op == OpId::linear) {
+      EXPECT_EQ(r.compute_dtype, DType::bf16);
+    }
+    if (r.op == OpId::conv2d) {
+      EXPECT_EQ(r.compute_dtype, DType::f32);
+    }
   }
 }
 

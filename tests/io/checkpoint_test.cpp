@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "mixprec/mixprec.h"
-#include "test_util.h"
+#include "op_test_util.h"
 
 namespace mixprec {
 namespace {
@@ -117,11 +117,10 @@ TEST(Checkpoint, CrashDuringSaveKeepsTheOldFile) {
 // ---------------------------------------------------------------- hostile files
 
 std::vector<uint8_t> file_with_header(const std::string& header, size_t data_bytes, uint64_t declared = 0) {
-  std::vector<uint8_t> b(8);
   const uint64_t n = declared ? declared : header.size();
-  for (int i = 0; i < 8; ++i) b[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
-  b.insert(b.end(), header.begin(), header.end());
-  b.resize(b.size() + data_bytes, 0);
+  std::vector<uint8_t> b(8 + header.size() + data_bytes, 0);
+  for (size_t i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(b.data() + 8, header.data(), header.size());
   return b;
 }
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "mixprec/mixprec.h"
-#include "test_util.h"
+#include "op_test_util.h"
 
 namespace mixprec {
 namespace {

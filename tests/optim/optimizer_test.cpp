@@ -40,7 +40,7 @@ TEST(Adam, BiasCorrectedFirstSteps) {
   EXPECT_NEAR(p.at({0}), 0.9, 1e-6);   // m_hat / sqrt(v_hat) = sign(g)
   EXPECT_NEAR(p.at({1}), -0.9, 1e-6);
   opt({grad({2.0f, -0.5f})});
-  EXPECT_NEAR(p.at({0}), 0.8, 1e-6);
+  EXPECT_NEAR(p.at({0}), 0.8, 1e-5);  // f32 arithmetic in the bias corrections
 }
 
 TEST(AdamW, DecoupledWeightDecay) {

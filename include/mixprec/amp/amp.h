@@ -41,8 +41,8 @@ void auto_mixed_precision(nn::Cell& network, Level level, DType dtype = DType::b
 // ops in fp32. Names are op names (conv2d, linear, matmul, batch_norm, softmax...) or MindSpore
 // cell names (Conv2d, Dense, BatchNorm2d, LayerNorm, Softmax, ReLU...).
 struct CustomLists {
-  std::vector<std::string> white_list;
-  std::vector<std::string> black_list;
+  std::vector<std::string> white_list{};
+  std::vector<std::string> black_list{};
 };
 void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType dtype = DType::bf16);
 
@@ -100,7 +100,7 @@ struct BuildOptions {
   // Level default when not set: DynamicLossScaleManager(2^24, 2, 2000) at O2, none otherwise.
   // Set to nullptr explicitly for no loss scaling.
   std::optional<std::shared_ptr<LossScaleManager>> loss_scale_manager{};
-  TrainStepOptions step;
+  TrainStepOptions step{};
 };
 
 // MindSpore's amp.build_train_network: applies the level to `network`, wraps it with the loss

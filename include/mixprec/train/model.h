@@ -21,13 +21,13 @@
 namespace mixprec::train {
 
 struct ModelOptions {
-  std::map<std::string, MetricRef> metrics;
+  std::map<std::string, MetricRef> metrics{};
   std::string amp_level = "O0";
   std::optional<bool> keep_batchnorm_fp32{};      // level default (true at O2)
   // Level default when unset (dynamic at O2); nullptr for none.
   std::optional<Ref<amp::LossScaleManager>> loss_scale_manager{};
   std::optional<DType> dtype{};                    // the low dtype (default bf16 on CPU)
-  amp::TrainStepOptions step;                      // clipping, gradient accumulation
+  amp::TrainStepOptions step{};                    // clipping, gradient accumulation
 };
 
 struct TrainOptions {
