@@ -1,6 +1,7 @@
 // ops::max_pool2d, avg_pool2d and adaptive_avg_pool2d, forward and backward side by side:
 // geometry (PyTorch's output-size rule, ceil_mode, count_include_pad, adaptive bins), output
-// layout (channels-last in, channels-last out), kernel dispatch (oneDNN, then the reference)
+// layout (channels-last in, channels-last out), kernel dispatch (global average pooling's own
+// kernel, oneDNN, then the reference)
 // and the backward. AMP policy keep: they run in the input dtype. Max pooling keeps its input
 // (and oneDNN's workspace, when oneDNN ran) for the backward.
 #include <span>
@@ -98,12 +99,14 @@ std::string accepts_bwd(const PoolBwdProblem&) { return ""; }
 
 constexpr auto cpu = Device::Type::cpu;
 const Impl<PoolFwdProblem> kFwd[] = {
+    {"global_avg", cpu, ref::global_avg_declines, ref::global_avg_fwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_fwd_declines, onednn::pool_fwd},
 #endif
     {"ref", cpu, accepts_fwd, ref::pool_fwd},
 };
 const Impl<PoolBwdProblem> kBwd[] = {
+    {"global_avg", cpu, ref::global_avg_bwd_declines, ref::global_avg_bwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_bwd_declines, onednn::pool_bwd},
 #endif

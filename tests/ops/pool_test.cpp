@@ -257,6 +257,25 @@ TEST(AdaptiveAvgPool2d, GlobalIsTheMeanOverHeightAndWidth) {
   EXPECT_TRUE(all_close(leaf.grad(), full(x.shape(), 1.0 / 42)));
 }
 
+TEST(AdaptiveAvgPool2d, GlobalKernelMatchesReference) {
+  const PoolFn gap = [](const Tensor& x) { return ops::adaptive_avg_pool2d(x, {1, 1}); };
+  const PoolFn full_avg = [](const Tensor& x) { return ops::avg_pool2d(x, {.kernel = {5, 300}}); };
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (bool nhwc : {false, true}) {
+      // 5 x 300: rows longer than one conversion chunk.
+      const Tensor x0 = random({3, 20, 5, 300}, 63, d);
+      const Tensor x = nhwc ? channels_last(x0) : x0;
+      for (const PoolFn& fn : {gap, full_avg}) {
+        const PoolRun fast = run_pool(fn, x, "global_avg");
+        const PoolRun ref = run_pool(fn, x, "ref");
+        EXPECT_TRUE(all_close(fast.y, ref.y)) << dtype_name(d) << (nhwc ? " nhwc" : "");
+        EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << dtype_name(d) << (nhwc ? " nhwc" : "");
+        EXPECT_EQ(strides_are_nhwc(fast.dx), nhwc);
+      }
+    }
+  }
+}
+
 TEST(Pool2d, NonContiguousInput) {
   const Tensor x = random({2, 3, 12, 8}, 71, DType::f32).transpose(2, 3);
   ASSERT_FALSE(x.is_contiguous());
