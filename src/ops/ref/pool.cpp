@@ -104,8 +104,10 @@ void fwd(const detail::PoolFwdProblem& p) {
           continue;
         }
         C sum = 0;
-        for (int64_t iy = win.rows.lo[static_cast<size_t>(oy)]; iy < win.rows.hi[static_cast<size_t>(oy)]; ++iy)
-          for (int64_t ix = win.cols.lo[static_cast<size_t>(ox)]; ix < win.cols.hi[static_cast<size_t>(ox)]; ++ix)
+        for (int64_t iy = win.rows.lo[static_cast<size_t>(oy)];
+             iy < win.rows.hi[static_cast<size_t>(oy)]; ++iy)
+          for (int64_t ix = win.cols.lo[static_cast<size_t>(ox)];
+               ix < win.cols.hi[static_cast<size_t>(ox)]; ++ix)
             sum += load(xp[iy * xs[2] + ix * xs[3]]);
         out = store<T>(sum / static_cast<C>(win.divisor(g, oy, ox)));
       }
@@ -141,8 +143,10 @@ void bwd(const detail::PoolBwdProblem& p) {
             continue;
           }
           const C share = gv / static_cast<C>(win.divisor(g, oy, ox));
-          for (int64_t iy = win.rows.lo[static_cast<size_t>(oy)]; iy < win.rows.hi[static_cast<size_t>(oy)]; ++iy)
-            for (int64_t ix = win.cols.lo[static_cast<size_t>(ox)]; ix < win.cols.hi[static_cast<size_t>(ox)]; ++ix)
+          for (int64_t iy = win.rows.lo[static_cast<size_t>(oy)];
+               iy < win.rows.hi[static_cast<size_t>(oy)]; ++iy)
+            for (int64_t ix = win.cols.lo[static_cast<size_t>(ox)];
+                 ix < win.cols.hi[static_cast<size_t>(ox)]; ++ix)
               acc[static_cast<size_t>(iy * g.w + ix)] += share;
         }
       T* dxp = dx + n * gs[0] + c * gs[1];
@@ -241,8 +245,10 @@ void gap_bwd(const detail::PoolBwdProblem& p) {
       continue;
     }
     T* first = dx + n * hw * g.c;
-    for (int64_t c = 0; c < g.c; ++c) first[c] = store<T>(load(dy[n * g.c + c]) / static_cast<C>(hw));
-    for (int64_t i = 1; i < hw; ++i) std::memcpy(first + i * g.c, first, static_cast<size_t>(g.c) * sizeof(T));
+    for (int64_t c = 0; c < g.c; ++c)
+      first[c] = store<T>(load(dy[n * g.c + c]) / static_cast<C>(hw));
+    for (int64_t i = 1; i < hw; ++i)
+      std::memcpy(first + i * g.c, first, static_cast<size_t>(g.c) * sizeof(T));
   }
 }
 
