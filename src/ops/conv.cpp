@@ -152,7 +152,9 @@ struct ConvSaved {
 
 std::vector<Tensor> conv2d_backward(const Tensor& grad, const ConvSaved& s) {
   const std::string_view op = "conv2d";
-  Tensor dy = to_image(grad, s.layout, s.dtype);  // a copy only if the gradient's layout differs
+  // A reorder (copy) only when the incoming gradient's layout differs from the output's, e.g.
+  // an elementwise op downstream produced it NCHW for a channels-last output.
+  Tensor dy = to_image(grad, s.layout, s.dtype);
   if (s.relu) dy = relu_mask(dy, s.y.unpack(op), s.layout);
   std::vector<Tensor> out(3);
   if (s.gx) {

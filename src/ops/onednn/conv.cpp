@@ -129,6 +129,8 @@ FwdEntry make_fwd(const Spec& x, const Spec& w, const Spec& b, const Spec& y, co
     dnnl::primitive_attr attr;
     if (relu) {
       dnnl::post_ops po;
+      // Same as ops::relu on finite values. Non-finite outputs (only from non-finite inputs)
+      // differ: oneDNN's f32 kernels give NaN for NaN and for -inf (0 * -inf), ops::relu 0.
       po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(po);
     }
