@@ -74,9 +74,8 @@ ConvGeometry conv_geometry(const Shape& x, const Shape& w, const Conv2dOptions& 
                   ", ", pd[3], "}");
     g.pad_t = pd[0], g.pad_b = pd[1], g.pad_l = pd[2], g.pad_r = pd[3];
   } else {
-    MIXPREC_CHECK(pd[0] == 0 && pd[1] == 0 && pd[2] == 0 && pd[3] == 0,
-                  "conv2d: padding {", pd[0], ", ", pd[1], ", ", pd[2], ", ", pd[3],
-                  "} is only used with PadMode::pad",
+    MIXPREC_CHECK(pd[0] == 0 && pd[1] == 0 && pd[2] == 0 && pd[3] == 0, "conv2d: padding {", pd[0],
+                  ", ", pd[1], ", ", pd[2], ", ", pd[3], "} is only used with PadMode::pad",
                   Hint{"set .pad_mode = PadMode::pad, or leave padding at zero"});
   }
   resolve_dim(g.h, g.kh, g.stride_h, g.dil_h, o.pad_mode, g.pad_t, g.pad_b, g.oh, "height");
@@ -153,21 +152,27 @@ struct ConvSaved {
 
 std::vector<Tensor> conv2d_backward(const Tensor& grad, const ConvSaved& s) {
   const std::string_view op = "conv2d";
-  Tensor dy = to_image(grad, s.layout, s.dtype);  // a copy only if the gradient's layout differs
+  // A reorder (copy) only when the incoming gradient's layout differs from the output's, e.g.
+  // an elementwise op downstream produced it NCHW for a channels-last output.
+  Tensor dy = to_image(grad, s.layout, s.dtype);
   if (s.relu) dy = relu_mask(dy, s.y.unpack(op), s.layout);
   std::vector<Tensor> out(3);
   if (s.gx) {
-    ConvBwdDataProblem p{dy, s.w.unpack(op), empty_image({s.g.n, s.g.cin, s.g.h, s.g.w}, s.dtype, s.layout, dy.device()), s.g};
+    ConvBwdDataProblem p{
+        dy, s.w.unpack(op),
+        empty_image({s.g.n, s.g.cin, s.g.h, s.g.w}, s.dtype, s.layout, dy.device()), s.g};
     dispatch(OpId::conv2d, "backward_data", std::span<const Impl<ConvBwdDataProblem>>(kBwdData), p);
     out[0] = p.dx;
   }
   if (s.gw || s.gb) {
     const TensorOptions acc{.dtype = acc_dtype(s.dtype), .device = dy.device()};
-    ConvBwdWeightsProblem p{s.gw ? s.x.unpack(op) : Tensor(), dy,
-                            s.gw ? Tensor::empty({s.g.cout, s.g.cin_g(), s.g.kh, s.g.kw}, acc) : Tensor(),
-                            s.gb ? Tensor::empty({s.g.cout}, acc) : Tensor(), s.g};
+    ConvBwdWeightsProblem p{
+        s.gw ? s.x.unpack(op) : Tensor(), dy,
+        s.gw ? Tensor::empty({s.g.cout, s.g.cin_g(), s.g.kh, s.g.kw}, acc) : Tensor(),
+        s.gb ? Tensor::empty({s.g.cout}, acc) : Tensor(), s.g};
     if (!p.x.defined()) p.x = dy;  // bias only: the kernels read x's dtype; its data is unused
-    dispatch(OpId::conv2d, "backward_weights", std::span<const Impl<ConvBwdWeightsProblem>>(kBwdWeights), p);
+    dispatch(OpId::conv2d, "backward_weights",
+             std::span<const Impl<ConvBwdWeightsProblem>>(kBwdWeights), p);
     out[1] = p.dw;
     out[2] = p.db;
   }
@@ -195,16 +200,26 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   MIXPREC_CHECK(o.activation == Activation::none || o.activation == Activation::relu,
                 "conv2d: unsupported fused activation");
   const ImageLayout layout = layout_of(x);
-  ConvFwdProblem p{to_image(x, layout), to_image(w, ImageLayout::nchw),
+  ConvFwdProblem p{to_image(x, layout),
+                   to_image(w, ImageLayout::nchw),
                    b.defined() ? b.detach().contiguous() : Tensor(),
-                   empty_image(g.out_shape(), dt, layout, x.device()), g,
+                   empty_image(g.out_shape(), dt, layout, x.device()),
+                   g,
                    o.activation == Activation::relu};
   dispatch(OpId::conv2d, "forward", std::span<const Impl<ConvFwdProblem>>(kFwd), p);
   Tensor y = p.y;
   if (graph::needs_grad({&x, &w, &b})) {
     auto s = std::make_shared<ConvSaved>();
-    *s = ConvSaved{g, layout, dt, p.relu, x.requires_grad(), w.requires_grad(),
-                   b.defined() && b.requires_grad(), SavedTensor(), SavedTensor(), SavedTensor()};
+    *s = ConvSaved{g,
+                   layout,
+                   dt,
+                   p.relu,
+                   x.requires_grad(),
+                   w.requires_grad(),
+                   b.defined() && b.requires_grad(),
+                   SavedTensor(),
+                   SavedTensor(),
+                   SavedTensor()};
     if (s->gw) s->x = SavedTensor(p.x);
     if (s->gx) s->w = SavedTensor(p.w);
     if (s->relu) s->y = SavedTensor(y);

@@ -21,10 +21,13 @@ inline ImageLayout layout_of(const Tensor& x) {
 }
 Strides image_strides(const Shape& nchw, ImageLayout layout);
 // Uninitialised [N, C, H, W] tensor in the layout.
-Tensor empty_image(const Shape& nchw, DType dtype, ImageLayout layout, Device device = Device::cpu());
+Tensor empty_image(const Shape& nchw, DType dtype, ImageLayout layout,
+                   Device device = Device::cpu());
 // x itself if it is already in `layout` with `dtype`, else a converted copy in that layout.
 // Not differentiable (use on detached tensors inside kernels and backward functions).
 Tensor to_image(const Tensor& x, ImageLayout layout, DType dtype);
-inline Tensor to_image(const Tensor& x, ImageLayout layout) { return to_image(x, layout, x.dtype()); }
+inline Tensor to_image(const Tensor& x, ImageLayout layout) {
+  return to_image(x, layout, x.dtype());
+}
 
 }  // namespace mixprec::ops::detail

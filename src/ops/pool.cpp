@@ -1,6 +1,7 @@
 // ops::max_pool2d, avg_pool2d and adaptive_avg_pool2d, forward and backward side by side:
 // geometry (PyTorch's output-size rule, ceil_mode, count_include_pad, adaptive bins), output
-// layout (channels-last in, channels-last out), kernel dispatch (oneDNN, then the reference)
+// layout (channels-last in, channels-last out), kernel dispatch (global average pooling's own
+// kernel, oneDNN, then the reference)
 // and the backward. AMP policy keep: they run in the input dtype. Max pooling keeps its input
 // (and oneDNN's workspace, when oneDNN ran) for the backward.
 #include <span>
@@ -34,8 +35,8 @@ namespace {
 int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t pad, bool ceil_mode, int64_t& hi,
                  const char* op, const char* dim) {
   const int64_t span = in + 2 * pad - k;
-  MIXPREC_CHECK(span >= 0, op, ": the kernel (", k, ") is larger than the padded input ", dim,
-                " (", in, " + 2 * ", pad, ")");
+  MIXPREC_CHECK(span >= 0, op, ": the kernel (", k, ") is larger than the padded input ", dim, " (",
+                in, " + 2 * ", pad, ")");
   int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   if (ceil_mode && (out - 1) * s >= in + pad) --out;  // the last window must start inside
   hi = std::max(pad, (out - 1) * s + k - in - pad);
@@ -67,8 +68,8 @@ PoolGeometry pool_geometry(PoolKind kind, const Shape& x, const Pool2dOptions& o
 PoolGeometry adaptive_geometry(const Shape& x, int64_t oh, int64_t ow) {
   MIXPREC_CHECK(x.size() == 4, "adaptive_avg_pool2d: expected input [N, C, H, W], got shape ",
                 shape_str(x));
-  MIXPREC_CHECK(oh >= 1 && ow >= 1, "adaptive_avg_pool2d: expected an output size >= 1, got {",
-                oh, ", ", ow, "}");
+  MIXPREC_CHECK(oh >= 1 && ow >= 1, "adaptive_avg_pool2d: expected an output size >= 1, got {", oh,
+                ", ", ow, "}");
   MIXPREC_CHECK(x[2] >= 1 && x[3] >= 1, "adaptive_avg_pool2d: empty input ", shape_str(x));
   if (x[2] % oh == 0 && x[3] % ow == 0) {  // uniform bins: plain average pooling
     const int64_t kh = x[2] / oh, kw = x[3] / ow;
@@ -98,12 +99,14 @@ std::string accepts_bwd(const PoolBwdProblem&) { return ""; }
 
 constexpr auto cpu = Device::Type::cpu;
 const Impl<PoolFwdProblem> kFwd[] = {
+    {"global_avg", cpu, ref::global_avg_declines, ref::global_avg_fwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_fwd_declines, onednn::pool_fwd},
 #endif
     {"ref", cpu, accepts_fwd, ref::pool_fwd},
 };
 const Impl<PoolBwdProblem> kBwd[] = {
+    {"global_avg", cpu, ref::global_avg_bwd_declines, ref::global_avg_bwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_bwd_declines, onednn::pool_bwd},
 #endif
@@ -111,7 +114,8 @@ const Impl<PoolBwdProblem> kBwd[] = {
 };
 
 // The three ops differ only in their geometry.
-Tensor pool_op(OpId id, const Tensor& x0, const std::function<PoolGeometry(const Shape&)>& geometry) {
+Tensor pool_op(OpId id, const Tensor& x0,
+               const std::function<PoolGeometry(const Shape&)>& geometry) {
   Prepared pr = autocast_inputs(id, {x0});
   const Tensor& x = pr.in[0];
   check_floating(op_name(id), x, "input");
@@ -141,15 +145,13 @@ Tensor pool_op(OpId id, const Tensor& x0, const std::function<PoolGeometry(const
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) {
-  return pool_op(OpId::max_pool2d, x, [&](const Shape& s) {
-    return pool_geometry(PoolKind::max, s, o, "max_pool2d");
-  });
+  return pool_op(OpId::max_pool2d, x,
+                 [&](const Shape& s) { return pool_geometry(PoolKind::max, s, o, "max_pool2d"); });
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) {
-  return pool_op(OpId::avg_pool2d, x, [&](const Shape& s) {
-    return pool_geometry(PoolKind::avg, s, o, "avg_pool2d");
-  });
+  return pool_op(OpId::avg_pool2d, x,
+                 [&](const Shape& s) { return pool_geometry(PoolKind::avg, s, o, "avg_pool2d"); });
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {

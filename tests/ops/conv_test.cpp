@@ -33,17 +33,35 @@ struct ConvCase {
 std::vector<ConvCase> cases() {
   return {
       {"simplenet", {2, 1, 28, 28}, {32, 1, 3, 3}, true, {.pad_mode = PadMode::valid}},
-      {"lenet_pad2", {2, 1, 28, 28}, {6, 1, 5, 5}, true, {.pad_mode = PadMode::pad, .padding = {2, 2, 2, 2}}},
+      {"lenet_pad2",
+       {2, 1, 28, 28},
+       {6, 1, 5, 5},
+       true,
+       {.pad_mode = PadMode::pad, .padding = {2, 2, 2, 2}}},
       {"lenet_conv2", {2, 6, 14, 14}, {16, 6, 5, 5}, true, {}},
       {"convnet_same", {2, 32, 14, 14}, {64, 32, 3, 3}, true, {.pad_mode = PadMode::same}},
-      {"resnet_strided", {2, 32, 14, 14}, {64, 32, 3, 3}, false,
+      {"resnet_strided",
+       {2, 32, 14, 14},
+       {64, 32, 3, 3},
+       false,
        {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}}},
       {"resnet_shortcut", {2, 32, 14, 14}, {64, 32, 1, 1}, false, {.stride = {2, 2}}},
       {"groups2", {2, 8, 9, 9}, {6, 4, 3, 3}, true, {.pad_mode = PadMode::same, .groups = 2}},
-      {"dilation2", {2, 4, 11, 11}, {5, 4, 3, 3}, true,
+      {"dilation2",
+       {2, 4, 11, 11},
+       {5, 4, 3, 3},
+       true,
        {.pad_mode = PadMode::pad, .padding = {2, 2, 2, 2}, .dilation = {2, 2}}},
-      {"same_stride2_asym", {2, 3, 8, 8}, {4, 3, 3, 3}, true, {.stride = {2, 2}, .pad_mode = PadMode::same}},
-      {"rect_even_kernel", {1, 3, 7, 10}, {2, 3, 2, 4}, true, {.stride = {1, 2}, .pad_mode = PadMode::same}},
+      {"same_stride2_asym",
+       {2, 3, 8, 8},
+       {4, 3, 3, 3},
+       true,
+       {.stride = {2, 2}, .pad_mode = PadMode::same}},
+      {"rect_even_kernel",
+       {1, 3, 7, 10},
+       {2, 3, 2, 4},
+       true,
+       {.stride = {1, 2}, .pad_mode = PadMode::same}},
   };
 }
 
@@ -54,7 +72,9 @@ V case_inputs(const ConvCase& c, uint64_t seed, DType dt = DType::f64) {
           c.bias ? random({c.w[0]}, seed + 2, dt) : Tensor()};
 }
 
-Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+Tensor channels_last(const Tensor& x) {
+  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
 
 bool strides_are_nhwc(const Tensor& y) {
   const Shape& s = y.shape();
@@ -103,12 +123,14 @@ TEST(Conv2d, HandComputed) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
   const Tensor w = Tensor::from_vector<float>({1, 0, 0, 1}, {1, 1, 2, 2});
   const Tensor b = Tensor::from_vector<float>({0.5f}, {1});
-  EXPECT_EQ(ops::conv2d(x, w, b).to_vector<float>(), (std::vector<float>{6.5f, 8.5f, 12.5f, 14.5f}));
+  EXPECT_EQ(ops::conv2d(x, w, b).to_vector<float>(),
+            (std::vector<float>{6.5f, 8.5f, 12.5f, 14.5f}));
   // same, stride 1, 2x2 kernel: one row/column of padding, at the bottom/right.
   const Tensor s = ops::conv2d(x, w, {}, {.pad_mode = PadMode::same});
   EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{6, 8, 3, 12, 14, 6, 7, 8, 9}));
   // Explicit padding top 1, left 1 only, stride 2.
-  const Tensor p = ops::conv2d(x, w, {}, {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {1, 0, 1, 0}});
+  const Tensor p =
+      ops::conv2d(x, w, {}, {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {1, 0, 1, 0}});
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1, 3, 7, 14}));
   // Fused ReLU clamps the negatives.
   const Tensor r = ops::conv2d(x, ops::neg(w), b, {.activation = ops::Activation::relu});
@@ -126,19 +148,24 @@ TEST(Conv2d, HandComputed) {
 TEST(Conv2d, SamePaddingPutsTheExtraAtBottomRight) {
   // in 8, k 3, stride 2: out 4, total padding 1 -> top 0, bottom 1 (TensorFlow/MindSpore).
   const V in = case_inputs(cases()[8], 3);
-  const Tensor same = ops::conv2d(in[0], in[1], in[2], {.stride = {2, 2}, .pad_mode = PadMode::same});
-  const Tensor expl = ops::conv2d(in[0], in[1], in[2], {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {0, 1, 0, 1}});
+  const Tensor same =
+      ops::conv2d(in[0], in[1], in[2], {.stride = {2, 2}, .pad_mode = PadMode::same});
+  const Tensor expl = ops::conv2d(
+      in[0], in[1], in[2], {.stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {0, 1, 0, 1}});
   EXPECT_EQ(same.shape(), (Shape{2, 4, 4, 4}));
   EXPECT_TRUE(all_close(same, expl));
   // in 5, k 3, stride 2: out 3, total 2 -> 1 and 1; in 7 stride 3: out 3, total 2.
   const Tensor x5 = random({1, 1, 5, 7}, 4);
   const Tensor w = random({1, 1, 3, 3}, 5);
-  EXPECT_TRUE(all_close(ops::conv2d(x5, w, {}, {.stride = {2, 3}, .pad_mode = PadMode::same}),
-                        ops::conv2d(x5, w, {}, {.stride = {2, 3}, .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}})));
+  EXPECT_TRUE(all_close(
+      ops::conv2d(x5, w, {}, {.stride = {2, 3}, .pad_mode = PadMode::same}),
+      ops::conv2d(x5, w, {},
+                  {.stride = {2, 3}, .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}})));
   // Even kernel, stride 1: total 1, all at the bottom/right.
   const Tensor w2 = random({1, 1, 2, 2}, 6);
-  EXPECT_TRUE(all_close(ops::conv2d(x5, w2, {}, {.pad_mode = PadMode::same}),
-                        ops::conv2d(x5, w2, {}, {.pad_mode = PadMode::pad, .padding = {0, 1, 0, 1}})));
+  EXPECT_TRUE(
+      all_close(ops::conv2d(x5, w2, {}, {.pad_mode = PadMode::same}),
+                ops::conv2d(x5, w2, {}, {.pad_mode = PadMode::pad, .padding = {0, 1, 0, 1}})));
 }
 
 TEST(Conv2d, ForwardMatchesF64InEveryDtype) {
@@ -158,20 +185,36 @@ TEST(Conv2d, ForwardMatchesF64InEveryDtype) {
 TEST(Conv2d, GradCheck) {
   const std::vector<ConvCase> small = {
       {"valid_bias", {2, 2, 5, 5}, {3, 2, 3, 3}, true, {}},
-      {"same_stride2", {1, 2, 6, 5}, {2, 2, 3, 3}, true, {.stride = {2, 2}, .pad_mode = PadMode::same}},
-      {"pad_asym", {1, 1, 4, 5}, {2, 1, 2, 3}, false, {.pad_mode = PadMode::pad, .padding = {1, 0, 2, 1}}},
-      {"groups2_dilation2", {1, 4, 6, 6}, {4, 2, 2, 2}, true, {.pad_mode = PadMode::same, .dilation = {2, 2}, .groups = 2}},
+      {"same_stride2",
+       {1, 2, 6, 5},
+       {2, 2, 3, 3},
+       true,
+       {.stride = {2, 2}, .pad_mode = PadMode::same}},
+      {"pad_asym",
+       {1, 1, 4, 5},
+       {2, 1, 2, 3},
+       false,
+       {.pad_mode = PadMode::pad, .padding = {1, 0, 2, 1}}},
+      {"groups2_dilation2",
+       {1, 4, 6, 6},
+       {4, 2, 2, 2},
+       true,
+       {.pad_mode = PadMode::same, .dilation = {2, 2}, .groups = 2}},
       {"shortcut_1x1_s2", {2, 3, 5, 5}, {2, 3, 1, 1}, false, {.stride = {2, 2}}},
       {"relu", {1, 2, 5, 5}, {3, 2, 3, 3}, true, {.activation = ops::Activation::relu}},
   };
   for (const ConvCase& c : small) {
     const V in = case_inputs(c, 21);
-    EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0], v[1], v[2], c.o); }, in)) << c.name;
+    EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0], v[1], v[2], c.o); }, in))
+        << c.name;
   }
   // Channels-last input (the permute happens inside, so the conv sees NHWC strides).
   const ConvCase& c = small[1];
-  EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0].permute({0, 3, 1, 2}), v[1], v[2], c.o); },
-                        {random({1, 6, 5, 2}, 22), random(c.w, 23), random({2}, 24)}));
+  EXPECT_TRUE(gradcheck(
+      [&](const V& v) {
+        return ops::conv2d(v[0].permute({0, 3, 1, 2}), v[1], v[2], c.o);
+      },
+      {random({1, 6, 5, 2}, 22), random(c.w, 23), random({2}, 24)}));
 }
 
 TEST(Conv2d, OnlySomeInputsRequireGrad) {
@@ -190,7 +233,8 @@ TEST(Conv2d, OnlySomeInputsRequireGrad) {
 TEST(Conv2d, OneDnnMatchesReference) {
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     if (!onednn_computes(d)) GTEST_SKIP() << "no oneDNN kernels for " << dtype_name(d);
-    const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+    const testing::Tolerance tol =
+        d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
     for (const ConvCase& c : cases()) {
       const V in = case_inputs(c, 41, d);
       const ConvRun fast = run_conv(in, c.o, fast_impl(d));
@@ -216,7 +260,8 @@ TEST(Conv2d, Bf16WeightAndBiasGradientsAreF32) {
     // than a bf16 rounding (2^-9 relative) would allow.
     V in64;
     for (const Tensor& t : in) in64.push_back(t.astype(DType::f64));
-    const ConvRun e = run_conv(in64, c.o, "", random(r.y.shape(), 7, DType::bf16).astype(DType::f64));
+    const ConvRun e =
+        run_conv(in64, c.o, "", random(r.y.shape(), 7, DType::bf16).astype(DType::f64));
     EXPECT_TRUE(all_close(r.dw, e.dw, {1e-5, 1e-5})) << impl;
     EXPECT_TRUE(all_close(r.db, e.db, {1e-5, 1e-5})) << impl;
   }
@@ -233,7 +278,8 @@ TEST(Conv2d, ChannelsLastInputGivesChannelsLastOutputAndSameValues) {
       const ConvRun b = run_conv(in_cl, c.o, "");
       EXPECT_TRUE(strides_are_nhwc(b.y)) << c.name;
       EXPECT_TRUE(strides_are_nhwc(b.dx)) << c.name;
-      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+      const testing::Tolerance tol =
+          d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
       EXPECT_TRUE(runs_close(b, a, tol, {1e-4, 1e-4})) << c.name << " " << dtype_name(d);
     }
   }
@@ -254,8 +300,10 @@ TEST(Conv2d, NonContiguousInput) {
   const Tensor wide = random({2, 8, 9, 18}, 72, DType::f32);
   const Tensor x = wide.slice(3, 0, 18, 2);  // every other column
   ASSERT_FALSE(x.is_contiguous());
-  EXPECT_TRUE(all_close(ops::conv2d(x, in[1], in[2], c.o), ops::conv2d(x.contiguous(), in[1], in[2], c.o)));
-  const Tensor wt = in[1].permute({0, 1, 3, 2}).contiguous().permute({0, 1, 3, 2});  // strided weight
+  EXPECT_TRUE(
+      all_close(ops::conv2d(x, in[1], in[2], c.o), ops::conv2d(x.contiguous(), in[1], in[2], c.o)));
+  const Tensor wt =
+      in[1].permute({0, 1, 3, 2}).contiguous().permute({0, 1, 3, 2});  // strided weight
   EXPECT_TRUE(all_close(ops::conv2d(in[0], wt, in[2], c.o), ops::conv2d(in[0], in[1], in[2], c.o)));
   EXPECT_TRUE(gradcheck([&](const V& v) { return ops::conv2d(v[0].slice(3, 0, 8, 2), v[1]); },
                         {random({1, 2, 5, 8}, 73), random({2, 2, 2, 2}, 74)}));
@@ -331,18 +379,22 @@ TEST(Conv2d, AutocastO1RunsInLowAndReturnsF32) {
       EXPECT_EQ(r.compute_dtype, DType::bf16);
     }
   EXPECT_TRUE(saw_conv);
-  EXPECT_TRUE(all_close(y, ops::conv2d(x.astype(DType::bf16), w.astype(DType::bf16)).astype(DType::f32), {0, 0}));
+  EXPECT_TRUE(all_close(
+      y, ops::conv2d(x.astype(DType::bf16), w.astype(DType::bf16)).astype(DType::f32), {0, 0}));
 }
 
 TEST(Conv2d, RejectsBadShapesAndOptions) {
   const Tensor x = random({1, 4, 5, 5}, 95, DType::f32);
   EXPECT_THROW(ops::conv2d(x, random({6, 2, 3, 3}, 1, DType::f32), {}, {.groups = 3}), Error);
   EXPECT_THROW(ops::conv2d(x, random({6, 3, 3, 3}, 1, DType::f32)), Error);  // Cin mismatch
-  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), random({5}, 2, DType::f32)), Error);
-  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.padding = {1, 1, 1, 1}}), Error);
+  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), random({5}, 2, DType::f32)),
+               Error);
+  EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.padding = {1, 1, 1, 1}}),
+               Error);
   EXPECT_THROW(ops::conv2d(x, random({6, 4, 7, 7}, 1, DType::f32)), Error);  // kernel > input
   EXPECT_THROW(ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.stride = {0, 1}}), Error);
-  EXPECT_THROW(ops::conv2d(random({4, 5, 5}, 3, DType::f32), random({6, 4, 3, 3}, 1, DType::f32)), Error);
+  EXPECT_THROW(ops::conv2d(random({4, 5, 5}, 3, DType::f32), random({6, 4, 3, 3}, 1, DType::f32)),
+               Error);
   try {
     ops::conv2d(x, random({6, 4, 3, 3}, 1, DType::f32), {}, {.padding = {1, 1, 1, 1}});
   } catch (const Error& e) {

@@ -30,9 +30,13 @@ std::vector<PoolCase> cases() {
       {"lenet_2x2", {2, 6, 28, 28}, {}},
       {"k3_s2_pad1", {2, 3, 9, 9}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
       {"k3_s2_ceil", {2, 3, 8, 8}, {.kernel = {3, 3}, .stride = {2, 2}, .ceil_mode = true}},
-      {"k3_s2_pad1_ceil", {1, 2, 10, 10}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}},
+      {"k3_s2_pad1_ceil",
+       {1, 2, 10, 10},
+       {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true}},
       {"rect", {1, 2, 7, 5}, {.kernel = {3, 2}, .stride = {1, 2}, .padding = {1, 0}}},
-      {"exclude_pad", {2, 3, 7, 7}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}},
+      {"exclude_pad",
+       {2, 3, 7, 7},
+       {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}},
   };
 }
 
@@ -43,12 +47,20 @@ struct Op {
 };
 std::vector<Op> ops_under_test() {
   return {
-      {"max_pool2d", [](const PoolCase& c) -> PoolFn { return [o = c.o](const Tensor& x) { return ops::max_pool2d(x, o); }; }},
-      {"avg_pool2d", [](const PoolCase& c) -> PoolFn { return [o = c.o](const Tensor& x) { return ops::avg_pool2d(x, o); }; }},
+      {"max_pool2d",
+       [](const PoolCase& c) -> PoolFn {
+         return [o = c.o](const Tensor& x) { return ops::max_pool2d(x, o); };
+       }},
+      {"avg_pool2d",
+       [](const PoolCase& c) -> PoolFn {
+         return [o = c.o](const Tensor& x) { return ops::avg_pool2d(x, o); };
+       }},
   };
 }
 
-Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+Tensor channels_last(const Tensor& x) {
+  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
 bool strides_are_nhwc(const Tensor& y) {
   const Shape& s = y.shape();
   return y.strides() == Strides{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
@@ -88,7 +100,8 @@ TEST(MaxPool2d, HandComputed) {
   const Tensor x = arange(16).reshape({1, 1, 4, 4});
   EXPECT_EQ(ops::max_pool2d(x).to_vector<float>(), (std::vector<float>{5, 7, 13, 15}));
   // k3 s2 pad 1: windows rows/cols [-1, 2) and [1, 4).
-  EXPECT_EQ(ops::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}).to_vector<float>(),
+  EXPECT_EQ(ops::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})
+                .to_vector<float>(),
             (std::vector<float>{5, 7, 13, 15}));
   // ceil_mode on 5x5 with k2: 3x3 output, the last window holds one row/column.
   const Tensor x5 = arange(25).reshape({1, 1, 5, 5});
@@ -96,7 +109,10 @@ TEST(MaxPool2d, HandComputed) {
             (std::vector<float>{6, 8, 9, 16, 18, 19, 21, 23, 24}));
   EXPECT_EQ(ops::max_pool2d(x5).shape(), (Shape{1, 1, 2, 2}));
   // Negative values: padding never wins.
-  EXPECT_EQ(ops::max_pool2d(ops::neg(ones({1, 1, 2, 2})), {.kernel = {2, 2}, .stride = {1, 1}, .padding = {1, 1}}).at({0, 0, 0, 0}), -1.0);
+  EXPECT_EQ(ops::max_pool2d(ops::neg(ones({1, 1, 2, 2})),
+                            {.kernel = {2, 2}, .stride = {1, 1}, .padding = {1, 1}})
+                .at({0, 0, 0, 0}),
+            -1.0);
 }
 
 TEST(MaxPool2d, GradientGoesToTheFirstMaximum) {
@@ -143,10 +159,12 @@ TEST(AvgPool2d, HandComputed) {
 TEST(AdaptiveAvgPool2d, HandComputedBins) {
   // 5 -> 3 bins: [0, 2), [1, 4), [3, 5).
   const Tensor x = arange(5).reshape({1, 1, 1, 5});
-  EXPECT_EQ(ops::adaptive_avg_pool2d(x, {1, 3}).to_vector<float>(), (std::vector<float>{0.5f, 2, 3.5f}));
+  EXPECT_EQ(ops::adaptive_avg_pool2d(x, {1, 3}).to_vector<float>(),
+            (std::vector<float>{0.5f, 2, 3.5f}));
   // Uniform bins are plain average pooling; (1, 1) is the global mean.
   const Tensor x4 = arange(16).reshape({1, 1, 4, 4});
-  EXPECT_EQ(ops::adaptive_avg_pool2d(x4, {2, 2}).to_vector<float>(), (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}));
+  EXPECT_EQ(ops::adaptive_avg_pool2d(x4, {2, 2}).to_vector<float>(),
+            (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}));
   EXPECT_EQ(ops::adaptive_avg_pool2d(x4, {1, 1}).to_vector<float>(), (std::vector<float>{7.5f}));
   // More outputs than inputs: bins overlap.
   EXPECT_EQ(ops::adaptive_avg_pool2d(arange(2).reshape({1, 1, 1, 2}), {1, 3}).to_vector<float>(),
@@ -159,12 +177,14 @@ TEST(Pool2d, ForwardMatchesF64InEveryDtype) {
   for (const Op& op : ops_under_test())
     for (const PoolCase& c : cases()) {
       const PoolFn fn = op.make(c);
-      EXPECT_TRUE(matches_f64_in_all_dtypes([&](const V& in) { return fn(in[0]); }, {random(c.x, 11)}))
+      EXPECT_TRUE(
+          matches_f64_in_all_dtypes([&](const V& in) { return fn(in[0]); }, {random(c.x, 11)}))
           << op.name << " " << c.name;
     }
   for (std::array<int64_t, 2> size : {std::array<int64_t, 2>{1, 1}, {3, 4}, {7, 7}, {5, 2}})
     EXPECT_TRUE(matches_f64_in_all_dtypes(
-        [&](const V& in) { return ops::adaptive_avg_pool2d(in[0], size); }, {random({2, 3, 14, 9}, 12)}))
+        [&](const V& in) { return ops::adaptive_avg_pool2d(in[0], size); },
+        {random({2, 3, 14, 9}, 12)}))
         << size[0] << "x" << size[1];
 }
 
@@ -173,7 +193,8 @@ TEST(Pool2d, GradCheck) {
     for (const PoolCase& c : cases()) {
       if (c.x[2] > 10) continue;  // keep the finite differences cheap
       const PoolFn fn = op.make(c);
-      EXPECT_TRUE(gradcheck([&](const V& in) { return fn(in[0]); }, {random(c.x, 21)})) << op.name << " " << c.name;
+      EXPECT_TRUE(gradcheck([&](const V& in) { return fn(in[0]); }, {random(c.x, 21)}))
+          << op.name << " " << c.name;
     }
   for (std::array<int64_t, 2> size : {std::array<int64_t, 2>{1, 1}, {2, 3}, {3, 3}})
     EXPECT_TRUE(gradcheck([&](const V& in) { return ops::adaptive_avg_pool2d(in[0], size); },
@@ -189,13 +210,16 @@ TEST(Pool2d, OneDnnMatchesReference) {
         const PoolFn fn = op.make(c);
         // oneDNN declines ceil-mode average windows past the padding; the default dispatch
         // then runs the reference, which the comparison still covers.
-        const bool declined = std::string(op.name) == "avg_pool2d" && std::string(c.name) == "k3_s2_pad1_ceil";
+        const bool declined =
+            std::string(op.name) == "avg_pool2d" && std::string(c.name) == "k3_s2_pad1_ceil";
         for (bool ties : {false, true}) {
           const Tensor x = ties ? with_ties(c.x, 31, d) : random(c.x, 31, d);
           const PoolRun fast = run_pool(fn, x, declined ? "" : "onednn");
           const PoolRun ref = run_pool(fn, x, "ref");
-          const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-6, 1e-6} : testing::tolerance_for(d);
-          EXPECT_TRUE(all_close(fast.y, ref.y, tol)) << op.name << " " << c.name << " " << dtype_name(d);
+          const testing::Tolerance tol =
+              d == DType::f32 ? testing::Tolerance{1e-6, 1e-6} : testing::tolerance_for(d);
+          EXPECT_TRUE(all_close(fast.y, ref.y, tol))
+              << op.name << " " << c.name << " " << dtype_name(d);
           EXPECT_TRUE(all_close(fast.dx, ref.dx, tol))
               << op.name << " " << c.name << " " << dtype_name(d) << (ties ? " ties" : "");
         }
@@ -212,7 +236,9 @@ TEST(Pool2d, OneDnnMatchesReference) {
 }
 
 TEST(MaxPool2d, BackwardRunsWhicheverImplementationRanTheForward) {
-  const PoolFn fn = [](const Tensor& x) { return ops::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}}); };
+  const PoolFn fn = [](const Tensor& x) {
+    return ops::max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}});
+  };
   const Tensor x = with_ties({2, 3, 9, 9}, 41, DType::f32);
   Tensor leaf = x.detach().set_requires_grad(true);
   const Tensor y = fn(leaf);  // default: oneDNN where available
@@ -257,14 +283,35 @@ TEST(AdaptiveAvgPool2d, GlobalIsTheMeanOverHeightAndWidth) {
   EXPECT_TRUE(all_close(leaf.grad(), full(x.shape(), 1.0 / 42)));
 }
 
+TEST(AdaptiveAvgPool2d, GlobalKernelMatchesReference) {
+  const PoolFn gap = [](const Tensor& x) { return ops::adaptive_avg_pool2d(x, {1, 1}); };
+  const PoolFn full_avg = [](const Tensor& x) { return ops::avg_pool2d(x, {.kernel = {5, 300}}); };
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (bool nhwc : {false, true}) {
+      // 5 x 300: rows longer than one conversion chunk.
+      const Tensor x0 = random({3, 20, 5, 300}, 63, d);
+      const Tensor x = nhwc ? channels_last(x0) : x0;
+      for (const PoolFn& fn : {gap, full_avg}) {
+        const PoolRun fast = run_pool(fn, x, "global_avg");
+        const PoolRun ref = run_pool(fn, x, "ref");
+        EXPECT_TRUE(all_close(fast.y, ref.y)) << dtype_name(d) << (nhwc ? " nhwc" : "");
+        EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << dtype_name(d) << (nhwc ? " nhwc" : "");
+        EXPECT_EQ(strides_are_nhwc(fast.dx), nhwc);
+      }
+    }
+  }
+}
+
 TEST(Pool2d, NonContiguousInput) {
   const Tensor x = random({2, 3, 12, 8}, 71, DType::f32).transpose(2, 3);
   ASSERT_FALSE(x.is_contiguous());
   const Pool2dOptions o{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   EXPECT_TRUE(all_close(ops::max_pool2d(x, o), ops::max_pool2d(x.contiguous(), o), {0, 0}));
   EXPECT_TRUE(all_close(ops::avg_pool2d(x, o), ops::avg_pool2d(x.contiguous(), o)));
-  EXPECT_TRUE(all_close(ops::adaptive_avg_pool2d(x, {3, 5}), ops::adaptive_avg_pool2d(x.contiguous(), {3, 5})));
-  EXPECT_TRUE(gradcheck([&](const V& in) { return ops::avg_pool2d(in[0].transpose(2, 3), o); }, {random({1, 2, 6, 5}, 72)}));
+  EXPECT_TRUE(all_close(ops::adaptive_avg_pool2d(x, {3, 5}),
+                        ops::adaptive_avg_pool2d(x.contiguous(), {3, 5})));
+  EXPECT_TRUE(gradcheck([&](const V& in) { return ops::avg_pool2d(in[0].transpose(2, 3), o); },
+                        {random({1, 2, 6, 5}, 72)}));
 }
 
 TEST(Pool2d, RunsInTheInputDtype) {

@@ -56,7 +56,9 @@ void key_spec(std::string& k, const Spec& s) {
   k += ';';
 }
 
-memory::desc md_of(const Spec& s) { return s.defined ? md(s.shape, s.strides, s.dtype) : memory::desc(); }
+memory::desc md_of(const Spec& s) {
+  return s.defined ? md(s.shape, s.strides, s.dtype) : memory::desc();
+}
 memory::desc any_like(const memory::desc& d) {
   return memory::desc(d.dims(), d.data_type(), memory::format_tag::any);
 }
@@ -73,7 +75,8 @@ struct Geo {
   memory::dims strides, dilates, pad_l, pad_r;
 };
 Geo geo(const ConvGeometry& g) {  // oneDNN counts dilation from 0
-  return {{g.stride_h, g.stride_w}, {g.dil_h - 1, g.dil_w - 1}, {g.pad_t, g.pad_l}, {g.pad_b, g.pad_r}};
+  return {
+      {g.stride_h, g.stride_w}, {g.dil_h - 1, g.dil_w - 1}, {g.pad_t, g.pad_l}, {g.pad_b, g.pad_r}};
 }
 
 template <class PD>
@@ -126,6 +129,8 @@ FwdEntry make_fwd(const Spec& x, const Spec& w, const Spec& b, const Spec& y, co
     dnnl::primitive_attr attr;
     if (relu) {
       dnnl::post_ops po;
+      // Same as ops::relu on finite values. Non-finite outputs (only from non-finite inputs)
+      // differ: oneDNN's f32 kernels give NaN for NaN and for -inf (0 * -inf), ops::relu 0.
       po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       attr.set_post_ops(po);
     }
@@ -149,7 +154,8 @@ std::shared_ptr<FwdEntry> fwd_entry(const Spec& x, const Spec& w, const Spec& b,
   return cache().get_or_create<FwdEntry>(k, [&] { return make_fwd(x, w, b, y, g, relu); });
 }
 
-void run_fwd(const FwdEntry& e, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+void run_fwd(const FwdEntry& e, const Tensor& x, const Tensor& w, const Tensor& b,
+             const Tensor& y) {
   MIXPREC_ASSERT(e.error.empty(), "conv2d: running a declined oneDNN primitive: ", e.error);
   Tensor holder;
   std::unordered_map<int, memory> args{
@@ -204,9 +210,10 @@ std::shared_ptr<BwdDataEntry> bwd_data_entry(const Spec& dx, const Spec& w, cons
 void run_bwd_data(const BwdDataEntry& e, const Tensor& dy, const Tensor& w, const Tensor& dx) {
   MIXPREC_ASSERT(e.error.empty(), "conv2d: running a declined oneDNN primitive: ", e.error);
   Tensor holder;
-  execute(e.prim, {{DNNL_ARG_DIFF_DST, mem(e.pd.diff_dst_desc(), dy.data_ptr())},
-                   {DNNL_ARG_WEIGHTS, weights_in(e.w_reorder, e.w_plain, e.pd.weights_desc(), w, holder)},
-                   {DNNL_ARG_DIFF_SRC, mem(e.pd.diff_src_desc(), dx.data_ptr())}});
+  execute(e.prim,
+          {{DNNL_ARG_DIFF_DST, mem(e.pd.diff_dst_desc(), dy.data_ptr())},
+           {DNNL_ARG_WEIGHTS, weights_in(e.w_reorder, e.w_plain, e.pd.weights_desc(), w, holder)},
+           {DNNL_ARG_DIFF_SRC, mem(e.pd.diff_src_desc(), dx.data_ptr())}});
 }
 
 // ---------------------------------------------------------------- backward weights
@@ -230,9 +237,9 @@ BwdWeightsEntry make_bwd_weights(const Spec& x, const Spec& dy, const Spec& dw, 
         dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, md_of(x), w_any,
         memory::desc(), md_of(dy), q.strides, q.dilates, q.pad_l, q.pad_r);
     const dnnl::convolution_forward::primitive_desc hint(hint_d, engine());
-    const dnnl::convolution_backward_weights::desc d(
-        dnnl::algorithm::convolution_direct, md_of(x), any_like(e.dw_plain), md_of(db), md_of(dy),
-        q.strides, q.dilates, q.pad_l, q.pad_r);
+    const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, md_of(x),
+                                                     any_like(e.dw_plain), md_of(db), md_of(dy),
+                                                     q.strides, q.dilates, q.pad_l, q.pad_r);
     e.pd = dnnl::convolution_backward_weights::primitive_desc(d, engine(), hint);
     e.error = ref_kernel_reason(e.pd);
     if (!e.error.empty()) return e;
@@ -249,7 +256,8 @@ std::shared_ptr<BwdWeightsEntry> bwd_weights_entry(const Spec& x, const Spec& dy
   std::string k = "conv_bwd_weights;";
   for (const Spec* s : {&x, &dy, &dw, &db}) key_spec(k, *s);
   key_add(k, g.str());
-  return cache().get_or_create<BwdWeightsEntry>(k, [&] { return make_bwd_weights(x, dy, dw, db, g); });
+  return cache().get_or_create<BwdWeightsEntry>(k,
+                                                [&] { return make_bwd_weights(x, dy, dw, db, g); });
 }
 
 void run_bwd_weights(const BwdWeightsEntry& e, const Tensor& x, const Tensor& dy, const Tensor& dw,
@@ -258,9 +266,10 @@ void run_bwd_weights(const BwdWeightsEntry& e, const Tensor& x, const Tensor& dy
   Tensor holder;
   const memory user_dw = mem(e.dw_plain, dw.data_ptr());
   const memory out_dw = e.dw_reorder ? scratch(e.pd.diff_weights_desc(), holder) : user_dw;
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(e.pd.src_desc(), x.data_ptr())},
-                                       {DNNL_ARG_DIFF_DST, mem(e.pd.diff_dst_desc(), dy.data_ptr())},
-                                       {DNNL_ARG_DIFF_WEIGHTS, out_dw}};
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(e.pd.src_desc(), x.data_ptr())},
+      {DNNL_ARG_DIFF_DST, mem(e.pd.diff_dst_desc(), dy.data_ptr())},
+      {DNNL_ARG_DIFF_WEIGHTS, out_dw}};
   if (db.defined()) args[DNNL_ARG_DIFF_BIAS] = mem(e.pd.diff_bias_desc(), db.data_ptr());
   execute(e.prim, args);
   // Reorder #2 (weight gradient only): the primitive's format back to plain [O, I, kh, kw].
@@ -297,8 +306,8 @@ std::string conv_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
   return bwd_weights_entry(spec(p.x), spec(p.dy), spec(p.dw), spec(p.db), p.g)->error;
 }
 void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
-  run_bwd_weights(*bwd_weights_entry(spec(p.x), spec(p.dy), spec(p.dw), spec(p.db), p.g), p.x,
-                  p.dy, p.dw, p.db);
+  run_bwd_weights(*bwd_weights_entry(spec(p.x), spec(p.dy), spec(p.dw), spec(p.db), p.g), p.x, p.dy,
+                  p.dw, p.db);
 }
 
 // ---------------------------------------------------------------- f16 through f32

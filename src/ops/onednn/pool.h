@@ -2,6 +2,8 @@
 // backward) and average (include/exclude padding) in f32 and bf16, any dense NCHW or
 // channels-last layout. Declines adaptive bins that are not uniform and ceil-mode average
 // windows whose divisor oneDNN would compute differently from PyTorch; the reference runs those.
+// Ties go to the first maximum as in the reference; a NaN is skipped here (the reference
+// propagates it), the one known difference.
 #pragma once
 
 #include <string>

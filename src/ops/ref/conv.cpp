@@ -127,7 +127,8 @@ void bwd_data(const detail::ConvBwdDataProblem& p) {
             }
           }
       }
-      store_plane<T, C>(p.dx, n, ci, g.h, g.w, [&](int64_t k) { return acc[static_cast<size_t>(k)]; });
+      store_plane<T, C>(p.dx, n, ci, g.h, g.w,
+                        [&](int64_t k) { return acc[static_cast<size_t>(k)]; });
     }
   }
 }
