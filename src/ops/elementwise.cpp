@@ -3,6 +3,7 @@
 // elementwise engine (elementwise_kernels.h): f32 compute for f32/f16/bf16 (f64 for f64), one
 // rounding to the output dtype. Binary ops compute in promote(a, b); their backward sums the
 // gradient over broadcast dims (reduce_to_shape).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -27,8 +28,13 @@ IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
       s[lead + i] = t->shape()[i] == 1 ? 0 : t->strides()[i];
     full[k++] = std::move(s);
   }
+  // Visit dims in decreasing output stride (stable: ties keep logical order).
+  std::vector<size_t> order(nd);
+  for (size_t d = 0; d < nd; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return full[0][x] > full[0][y]; });
   IterLayout l;
-  for (size_t d = 0; d < nd; ++d) {
+  for (size_t d : order) {
     if (out_shape[d] == 1) continue;
     bool merge = !l.sizes.empty();
     for (size_t op = 0; merge && op < nops; ++op)
@@ -46,6 +52,33 @@ IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
     for (size_t op = 0; op < nops; ++op) l.strides[op].push_back(0);
   }
   return l;
+}
+
+namespace {
+// True if the strides address every element exactly once with no gaps (a permuted dense layout).
+bool dense_layout(const Shape& shape, const Strides& strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size), size > 1 only
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (const auto& [st, sz] : dims) {
+    if (st != expect) return false;
+    expect *= sz;
+  }
+  return true;
+}
+}  // namespace
+
+Tensor empty_output(const Shape& shape, DType dtype, Device device,
+                    std::initializer_list<const Tensor*> inputs) {
+  for (const Tensor* t : inputs) {
+    if (t->shape() != shape || t->is_contiguous()) continue;
+    if (!dense_layout(t->shape(), t->strides())) continue;
+    auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+    return Tensor::from_storage(std::move(storage), shape, t->strides(), 0, dtype);
+  }
+  return Tensor::empty(shape, {.dtype = dtype, .device = device});
 }
 
 }  // namespace detail
@@ -276,8 +309,9 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
 
 // ---------------------------------------------------------------- activations
 
+// NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
 Tensor relu(const Tensor& x) {
-  return unary_op(OpId::relu, x, [](auto v) { return v > 0 ? v : decltype(v)(0); },
+  return unary_op(OpId::relu, x, [](auto v) { return v > 0 || v != v ? v : decltype(v)(0); },
                   [](auto, auto y) { return y > 0 ? decltype(y)(1) : decltype(y)(0); });
 }
 

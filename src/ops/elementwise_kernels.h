@@ -23,7 +23,9 @@ struct IterLayout {
   std::array<Strides, 4> strides;  // per operand (0 = output), 0 on broadcast dims
 };
 
-// out_shape must be the broadcast of the input shapes.
+// out_shape must be the broadcast of the input shapes; `out` must be dense (any dim order).
+// Dims are visited in the output's memory order, so the innermost run is the output's
+// unit-stride dim.
 IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
                             std::initializer_list<const Tensor*> inputs);
 
@@ -96,7 +98,7 @@ void run_elementwise(const Tensor& out, const std::array<const Tensor*, N>& ins,
         else if constexpr (N == 2) res[i] = f(buf[0][i], buf[1][i]);
         else res[i] = f(buf[0][i], buf[1][i], buf[2][i]);
       }
-      // The output is contiguous and freshly allocated: its inner stride is 1.
+      // The output is dense and its dims are ordered by stride: its inner stride is 1.
       convert_row(res, cdt, obase + (off[0] + start) * oes, odt, n);
     }
   }
@@ -108,10 +110,16 @@ inline bool any_f64(std::initializer_list<DType> ds) {
   return false;
 }
 
+// A new output of `shape` that keeps the memory layout of the first input with the same shape
+// whose strides are a dense permutation (channels-last stays channels-last through relu/add);
+// row-major otherwise.
+Tensor empty_output(const Shape& shape, DType dtype, Device device,
+                    std::initializer_list<const Tensor*> inputs);
+
 // out[i] = f(x[i]) into a new tensor of dtype out_dtype.
 template <class F>
 Tensor map1(const Tensor& x, DType out_dtype, F&& f) {
-  Tensor out = Tensor::empty(x.shape(), {.dtype = out_dtype, .device = x.device()});
+  Tensor out = empty_output(x.shape(), out_dtype, x.device(), {&x});
   std::array<const Tensor*, 1> ins{&x};
   if (any_f64({x.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
   else run_elementwise<float>(out, ins, f);
@@ -122,7 +130,7 @@ Tensor map1(const Tensor& x, DType out_dtype, F&& f) {
 template <class F>
 Tensor map2(const Tensor& a, const Tensor& b, DType out_dtype, F&& f, std::string_view op = "map2") {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  Tensor out = Tensor::empty(shape, {.dtype = out_dtype, .device = a.device()});
+  Tensor out = empty_output(shape, out_dtype, a.device(), {&a, &b});
   std::array<const Tensor*, 2> ins{&a, &b};
   if (any_f64({a.dtype(), b.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
   else run_elementwise<float>(out, ins, f);
@@ -134,7 +142,7 @@ template <class F>
 Tensor map3(const Tensor& a, const Tensor& b, const Tensor& c, DType out_dtype, F&& f,
             std::string_view op = "map3") {
   const Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
-  Tensor out = Tensor::empty(shape, {.dtype = out_dtype, .device = a.device()});
+  Tensor out = empty_output(shape, out_dtype, a.device(), {&a, &b, &c});
   std::array<const Tensor*, 3> ins{&a, &b, &c};
   if (any_f64({a.dtype(), b.dtype(), c.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
   else run_elementwise<float>(out, ins, f);

@@ -174,3 +174,32 @@ TEST(Operators, ArithmeticOnTensors) {
 
 }  // namespace
 }  // namespace mixprec
+
+namespace mixprec {
+namespace {
+
+TEST(Elementwise, ChannelsLastLayoutIsKept) {
+  const Tensor nhwc = testing::random({2, 5, 4, 3}, 71, DType::f32).permute({0, 3, 1, 2});  // [2,3,5,4]
+  ASSERT_FALSE(nhwc.is_contiguous());
+  const Tensor r = ops::relu(nhwc);
+  EXPECT_EQ(r.strides(), nhwc.strides());
+  EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.contiguous())));
+  const Tensor bias = testing::random({1, 3, 1, 1}, 72, DType::f32);
+  const Tensor s = ops::add(nhwc, bias);
+  EXPECT_EQ(s.strides(), nhwc.strides());
+  EXPECT_TRUE(testing::all_close(s, ops::add(nhwc.contiguous(), bias)));
+  EXPECT_TRUE(testing::gradcheck([](const V& in) { return ops::mul(in[0].permute({0, 3, 1, 2}), in[1]); },
+                                 {testing::random({2, 3, 2, 2}, 73), testing::random({1, 2, 1, 1}, 74)}));
+}
+
+TEST(Relu, NanPropagates) {
+  const Tensor x = Tensor::from_vector<float>({NAN, -INFINITY, -1.0f, 2.0f}, {4});
+  const auto y = ops::relu(x).to_vector<float>();
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[3], 2.0f);
+}
+
+}  // namespace
+}  // namespace mixprec

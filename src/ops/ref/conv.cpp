@@ -88,7 +88,7 @@ void fwd(const detail::ConvFwdProblem& p) {
       const C bias = b ? b[co] : C(0);
       store_plane<T, C>(p.y, n, co, g.oh, g.ow, [&](int64_t k) {
         const C v = acc[static_cast<size_t>(k)] + bias;
-        return p.relu ? (v > 0 ? v : C(0)) : v;
+        return p.relu ? (v > 0 || v != v ? v : C(0)) : v;  // NaN propagates, as ops::relu
       });
     }
   }

@@ -74,7 +74,7 @@ void matmul_ref_typed(const MatmulProblem& p) {
           C acc = 0;
           for (int64_t k = 0; k < K; ++k) acc += arow[static_cast<size_t>(k)] * col[k];
           acc += bias[static_cast<size_t>(n)];
-          if (p.relu && !(acc > 0)) acc = 0;
+          if (p.relu && acc <= 0) acc = 0;  // NaN propagates, as ops::relu
           orow[static_cast<size_t>(n)] = acc;
         }
         convert_row(orow.data(), cdt, obase + static_cast<size_t>((bi * M + m) * N) * osize, odt, N);
