@@ -13,6 +13,7 @@ PACKAGES=(
   libcli11-dev                          # the command line
   libgtest-dev googletest libbenchmark-dev  # tests and benchmarks
   dataset-fashion-mnist                 # the default training data
+  clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
 )
 
 missing=()

@@ -4,12 +4,43 @@
 // Message template: "<op>: expected <what>, got <value>" followed by "\n  hint: <fix>".
 #pragma once
 
+#include <cstdint>
 #include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 
 namespace mixprec {
+
+// Compatibility shim: libstdc++ 12 declares std::source_location only when the compiler has
+// __builtin_source_location (g++ 11+, clang 15+). clang 14 (the Debian fuzzing compiler, see
+// scripts/fuzz.sh) lacks it, so there SourceLocation is a minimal stand-in with the same
+// accessors, filled from __builtin_FILE/LINE/FUNCTION (column is 0). Everywhere else it *is*
+// std::source_location. Not an ABI contract: build a program and libmixprec with one compiler.
+#if defined(__cpp_lib_source_location)
+using SourceLocation = std::source_location;
+#else
+struct SourceLocation {
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          const char* function = __builtin_FUNCTION(),
+                                          std::uint_least32_t line = __builtin_LINE()) noexcept {
+    SourceLocation l;
+    l.file_ = file;
+    l.function_ = function;
+    l.line_ = line;
+    return l;
+  }
+  constexpr std::uint_least32_t line() const noexcept { return line_; }
+  constexpr std::uint_least32_t column() const noexcept { return 0; }
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr const char* function_name() const noexcept { return function_; }
+
+ private:
+  const char* file_ = "";
+  const char* function_ = "";
+  std::uint_least32_t line_ = 0;
+};
+#endif
 
 // Tag for the actionable part of a message: MIXPREC_CHECK(c, "...", Hint{"call .contiguous()"}).
 struct Hint {
@@ -18,16 +49,16 @@ struct Hint {
 
 class Error : public std::runtime_error {
  public:
-  Error(std::string message, std::string hint, std::source_location where, bool internal);
+  Error(std::string message, std::string hint, SourceLocation where, bool internal);
   const std::string& message() const noexcept { return message_; }
   const std::string& hint() const noexcept { return hint_; }
-  const std::source_location& where() const noexcept { return where_; }
+  const SourceLocation& where() const noexcept { return where_; }
   bool internal() const noexcept { return internal_; }
 
  private:
   std::string message_;
   std::string hint_;
-  std::source_location where_;
+  SourceLocation where_;
   bool internal_;
 };
 
@@ -47,7 +78,7 @@ struct MessageBuilder {
 };
 
 template <class... Args>
-[[noreturn]] void throw_error(std::source_location where, bool internal, const char* cond,
+[[noreturn]] void throw_error(SourceLocation where, bool internal, const char* cond,
                               const Args&... args) {
   MessageBuilder b;
   (b.add(args), ...);
@@ -67,14 +98,14 @@ template <class... Args>
 #define MIXPREC_CHECK(cond, ...)                                                            \
   do {                                                                                      \
     if (!(cond)) [[unlikely]]                                                               \
-      ::mixprec::detail::throw_error(std::source_location::current(), false,                \
+      ::mixprec::detail::throw_error(::mixprec::SourceLocation::current(), false,           \
                                      #cond __VA_OPT__(, ) __VA_ARGS__);                     \
   } while (0)
 
 #define MIXPREC_ASSERT(cond, ...)                                                           \
   do {                                                                                      \
     if (!(cond)) [[unlikely]]                                                               \
-      ::mixprec::detail::throw_error(std::source_location::current(), true,                 \
+      ::mixprec::detail::throw_error(::mixprec::SourceLocation::current(), true,            \
                                      #cond __VA_OPT__(, ) __VA_ARGS__);                     \
   } while (0)
 

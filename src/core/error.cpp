@@ -8,7 +8,7 @@ static std::string compose(const std::string& message, const std::string& hint) 
   return hint.empty() ? message : message + "\n  hint: " + hint;
 }
 
-Error::Error(std::string message, std::string hint, std::source_location where, bool internal)
+Error::Error(std::string message, std::string hint, SourceLocation where, bool internal)
     : std::runtime_error(compose(message, hint)),
       message_(std::move(message)),
       hint_(std::move(hint)),

@@ -105,13 +105,17 @@ SafetensorsFile parse_safetensors(const uint8_t* bytes, size_t size, const std::
     if (!dt) fail(file, f + ".dtype", "unknown dtype '" + e["dtype"].get<std::string>() + "' (expected F32, F64, F16, BF16, I32, I64, U8 or BOOL)");
     if (!e.contains("shape") || !e["shape"].is_array()) fail(file, f + ".shape", "missing or not an array");
     Shape shape;
-    uint64_t numel = 1;
+    // The bound is on `extent`, the product of the non-zero dims, not on numel: a tensor with a
+    // 0 dim holds no elements, but its strides still multiply the other dims (found by review while
+    // writing the fuzz target: shape [0, 2^40, 2^40, 2^40] overflowed int64 in contiguous_strides).
+    uint64_t numel = 1, extent = 1;
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned()) fail(file, f + ".shape", "dimensions must be non-negative integers");
       const uint64_t v = d.get<uint64_t>();
-      if (v > (uint64_t{1} << 40) || (v != 0 && numel > (uint64_t{1} << 50) / v))
+      if (v > (uint64_t{1} << 40) || (v != 0 && extent > (uint64_t{1} << 50) / v))
         fail(file, f + ".shape", "dimension " + std::to_string(v) + " makes the tensor impossibly large");
       numel *= v;
+      extent *= v != 0 ? v : 1;
       shape.push_back(static_cast<int64_t>(v));
     }
     if (!e.contains("data_offsets") || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2 ||
