@@ -12,7 +12,19 @@ namespace mixprec::amp {
 static std::string join_dtypes(const std::set<DType>& s) {
   if (s.empty()) return "-";
   std::string out;
-  for (DType d : s) out += (out.empty() ? "" : "+") + std::string(dtype_name(d));
+  for (DType d : s) {
+    if (!out.empty()) out.push_back('+');
+    out.append(dtype_name(d));
+  }
+  return out;
+}
+
+static std::string join_ops(const std::vector<std::string>& ops) {
+  std::string out;
+  for (const auto& o : ops) {
+    if (!out.empty()) out.push_back(',');
+    out.append(o);
+  }
   return out;
 }
 
@@ -51,7 +63,6 @@ std::vector<PrecisionRow> precision_table(nn::Cell& network, const Tensor& sampl
     auto it = by_cell.find(path);
     if (it == by_cell.end() || !it->second.any) continue;
     const Acc& a = it->second;
-    std::string ops;
     PrecisionRow row{path.empty() ? "(network)" : path, types[path], a.ops, join_dtypes(a.compute),
                      join_dtypes(a.weights), std::string(dtype_name(a.output))};
     rows.push_back(std::move(row));
@@ -64,9 +75,7 @@ std::string format_precision_table(const std::vector<PrecisionRow>& rows) {
   for (const auto& r : rows) {
     w0 = std::max(w0, r.cell.size());
     w1 = std::max(w1, r.type.size());
-    std::string ops;
-    for (const auto& o : r.ops) ops += (ops.empty() ? "" : ",") + o;
-    w2 = std::max(w2, std::min<size_t>(ops.size(), 40));
+    w2 = std::max(w2, std::min<size_t>(join_ops(r.ops).size(), 40));
   }
   auto pad = [](std::string s, size_t w) {
     if (s.size() > w) {
@@ -79,8 +88,7 @@ std::string format_precision_table(const std::vector<PrecisionRow>& rows) {
   std::string out = pad("cell", w0) + pad("type", w1) + pad("ops", w2) + pad("compute", 9) +
                     pad("weights", 9) + "output\n";
   for (const auto& r : rows) {
-    std::string ops;
-    for (const auto& o : r.ops) ops += (ops.empty() ? "" : ",") + o;
+    const std::string ops = join_ops(r.ops);
     out += pad(r.cell, w0) + pad(r.type, w1) + pad(ops, w2) + pad(r.compute, 9) + pad(r.weights, 9) +
            r.output + "\n";
   }

@@ -123,6 +123,7 @@ void* Tensor::data_ptr() const {
 bool Tensor::is_contiguous() const {
   const Shape& s = shape();
   const Strides& st = strides();
+  if (shape_numel(s) == 0) return true;
   int64_t expected = 1;
   for (size_t i = s.size(); i-- > 0;) {
     if (s[i] == 1) continue;

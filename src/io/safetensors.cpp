@@ -122,7 +122,9 @@ SafetensorsFile parse_safetensors(const uint8_t* bytes, size_t size, const std::
         !e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned())
       fail(file, f + ".data_offsets", "expected [begin, end] as non-negative integers");
     const uint64_t b = e["data_offsets"][0].get<uint64_t>(), en = e["data_offsets"][1].get<uint64_t>();
-    if (b > en || en > data_size)
+    if (b > en)
+      fail(file, f + ".data_offsets", "[" + std::to_string(b) + ", " + std::to_string(en) + "] begins after it ends");
+    if (en > data_size)
       fail(file, f + ".data_offsets", "[" + std::to_string(b) + ", " + std::to_string(en) +
                                           "] is outside the " + std::to_string(data_size) + " data bytes");
     const uint64_t expect = numel * dtype_size(*dt);

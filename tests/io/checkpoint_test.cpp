@@ -148,6 +148,10 @@ TEST(Safetensors, HostileHeaders) {
   expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})", 8),
                "impossibly large");
   expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4), "non-negative");
+  expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 4), "begins after it ends");
+  // Found by the fuzz work: a 0 dim made the element count 0 while the other dims overflowed strides.
+  expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [0, 1099511627776, 1099511627776, 1099511627776], "data_offsets": [0, 0]}})", 0),
+               "impossibly large");
   expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [1]}})", 4), "data_offsets");
   expect_error(file_with_header(R"({"w": 5})", 0), "expected an object");
   expect_error(file_with_header(R"({"__metadata__": {"k": 1}})", 0), "__metadata__");

@@ -22,7 +22,7 @@ double mean(const std::vector<double>& v, size_t from, size_t to) {
   return s / static_cast<double>(to - from);
 }
 
-TEST(Model, LossFallsOnRealDataSliceInFp32AndO2) {
+TEST(Model, LossFallsOnRealDataSliceInFp32AndO2Slow) {
   const bool have = std::filesystem::exists(std::string(dataset::kFashionMnistDir) + "/train-labels-idx1-ubyte.gz");
   if (!have) GTEST_SKIP() << "Fashion-MNIST not installed";
   for (const char* level : {"O0", "O2"}) {
