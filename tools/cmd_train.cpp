@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -85,8 +86,21 @@ class History : public train::Callback {
   int64_t n_ = 0;
 };
 
+// Creates the parent directory of an output file, so `--report runs/x.json` just works.
+void ensure_parent(const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  MIXPREC_CHECK(!ec, "cannot create directory '", parent.string(), "' for '", path, "': ", ec.message());
+}
+
 int run_train(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
+  ensure_parent(a.report);
+  ensure_parent(a.checkpoint);
+  ensure_parent(a.trace);
   const int threads = set_threads(a.threads);
   manual_seed(a.seed);
   const AmpLevel level = parse_amp_level(a.amp_level);
