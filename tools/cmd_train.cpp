@@ -19,6 +19,7 @@
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
 #include "mixprec/rng.h"
+#include "mixprec/train/checkpoint.h"
 #include "mixprec/train/model.h"
 #include "mixprec/version.h"
 #include "train_common.h"
@@ -40,7 +41,8 @@ struct TrainArgs {
   std::string dtype = "bf16";
   std::string keep_bn = "default";
   std::string loss_scale = "default";
-  std::string report, checkpoint, trace;
+  std::string report, checkpoint, trace, resume;
+  int64_t save_every = 0;
   bool show_precision = false;
   bool no_eval = false;
   int64_t print_every = 100;
@@ -148,12 +150,36 @@ int run_train(const TrainArgs& a) {
     std::printf("%s", amp::format_precision_table(amp::precision_table(*net, sample.image)).c_str());
   }
 
+  // The settings a resumed run must share with the run it continues.
+  const io::Metadata run_keys{{"cli.model", a.model},           {"cli.seed", std::to_string(a.seed)},
+                              {"cli.batch_size", std::to_string(a.batch_size)},
+                              {"cli.train_samples", std::to_string(a.train_samples)},
+                              {"cli.dtype", a.dtype},           {"cli.loss_scale", a.loss_scale},
+                              {"cli.data", a.data}};
+  train::TrainOptions topts{.max_steps = a.max_steps};
+  if (!a.resume.empty()) {
+    const train::ResumeInfo info = train::load_training_state(a.resume, model);
+    for (const auto& [k, v] : run_keys) {
+      auto it = info.metadata.find(k);
+      MIXPREC_CHECK(it != info.metadata.end() && it->second == v, "--resume ", a.resume, ": the run was saved with ",
+                    k.substr(4), " = '", it == info.metadata.end() ? std::string("?") : it->second,
+                    "', this run has '", v, "'", Hint{"resume with the same settings as the original run"});
+    }
+    topts.initial_epoch = info.epoch;
+    topts.start_batch = info.batch;
+    std::printf("resuming from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
+                static_cast<long long>(info.epoch + 1), static_cast<long long>(info.batch),
+                static_cast<long long>(info.global_step));
+  }
+
   auto history = std::make_shared<History>();
   std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history};
   if (!a.trace.empty()) callbacks.emplace_back(TraceWriter(a.trace));
+  if (!a.checkpoint.empty() && a.save_every > 0)
+    callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, run_keys));
   reset_peak_memory();
   const auto train_start = std::chrono::steady_clock::now();
-  model.train(a.epochs, train_ds, callbacks, {.max_steps = a.max_steps});
+  model.train(a.epochs, train_ds, callbacks, topts);
   const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   const int64_t peak = memory_stats().peak_bytes;
 
@@ -163,8 +189,8 @@ int run_train(const TrainArgs& a) {
     std::printf("test accuracy %.4f, test loss %.4f\n", metrics["Accuracy"], metrics["Loss"]);
   }
   if (!a.checkpoint.empty()) {
-    io::save_checkpoint(*net, a.checkpoint);
-    std::printf("saved fp32 checkpoint to %s\n", a.checkpoint.c_str());
+    train::save_training_state(a.checkpoint, model, run_keys);
+    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double samples_per_second =
@@ -243,7 +269,11 @@ Command register_train(CLI::App& app) {
                   "(default: dynamic 2^24,2,2000 at O2, none otherwise)")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON summary here");
-  cmd->add_option("--checkpoint", a->checkpoint, "Save the fp32 weights (safetensors) here at the end");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "Save here at the end (safetensors: fp32 weights, readable by eval/inspect, plus the training state)");
+  cmd->add_option("--save-every", a->save_every, "Also save the checkpoint every N steps (needs --checkpoint)")
+      ->capture_default_str();
+  cmd->add_option("--resume", a->resume, "Continue a run from a checkpoint it saved (same settings; bit-identical)");
   cmd->add_option("--trace", a->trace, "Write a per-step CSV (step, epoch, loss, scale, skipped, overflow, lr)");
   cmd->add_flag("--show-precision", a->show_precision, "Print what dtype each cell computes in, before training");
   cmd->add_flag("--no-eval", a->no_eval, "Skip the test-set evaluation");

@@ -57,8 +57,8 @@ LoadReport load_param_into_net(nn::Cell& network, const std::map<std::string, Te
     target.copy_(src);  // converts dtype; bumps the version, so stale casts of it are dropped
     ++report.loaded;
   }
-  for (const auto& [n, u] : used)
-    if (!u) report.unexpected.push_back(n);
+  for (const auto& [n, u] : used)  // training-state payload ("train_state/...") is not a parameter
+    if (!u && n.rfind("train_state/", 0) != 0) report.unexpected.push_back(n);
   if (options.strict) {
     auto list = [](const std::vector<std::string>& v) {
       std::string s;

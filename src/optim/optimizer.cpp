@@ -85,6 +85,11 @@ void Optimizer::attach_working_copies(CastCache* cache, DType dtype) {
   }
 }
 
+void Optimizer::refresh_working_copies() {
+  if (working_.empty()) return;
+  attach_working_copies(cache_, low_dtype_);
+}
+
 void Optimizer::detach_working_copies() {
   working_.clear();
   cache_ = nullptr;

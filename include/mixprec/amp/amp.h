@@ -78,6 +78,8 @@ class TrainOneStepCell : public nn::Cell {
   optim::Optimizer& optimizer() const { return optimizer_; }
   nn::Cell& network() const { return network_; }
   int64_t skipped_steps() const { return skipped_; }
+  int64_t attempted_steps() const { return attempted_; }
+  void set_counters(int64_t attempted, int64_t skipped) { attempted_ = attempted; skipped_ = skipped; }
   void take_ownership(std::shared_ptr<nn::Cell> cell) { owned_.push_back(std::move(cell)); }
 
  private:

@@ -70,6 +70,8 @@ class Optimizer {
   // written in `dtype` in the same pass and stored in `cache` as a persistent entry.
   void attach_working_copies(CastCache* cache, DType dtype);
   void detach_working_copies();
+  // Re-derives the working copies from the masters (after weights were loaded in place).
+  void refresh_working_copies();
 
   // All state tensors ("moments.3", ...), fp32, for checkpoints; written in place on load.
   std::vector<NamedState> state() const;

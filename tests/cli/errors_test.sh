@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The CLI rejects bad values with a non-zero exit and a message that names the flag and the
+# valid choices; --help tells the truth about the defaults.
+set -uo pipefail
+M="$1"
+fail() { echo "FAIL: $*"; exit 1; }
+expect_error() {  # expect_error "needle" args...
+  local needle="$1"; shift
+  out=$("$M" "$@" 2>&1) && fail "accepted: $*"
+  grep -q -- "$needle" <<< "$out" || fail "no '$needle' in the error for: $* -> $out"
+}
+expect_error "O0, O1, O2, O3, auto" train --amp-level O7 --max-steps 1
+expect_error "f16, bf16" train --dtype fp8 --max-steps 1
+expect_error "fixed:S" train --loss-scale sometimes --max-steps 1
+expect_error "simplenet" train --model vgg16
+expect_error "momentum" train --optimizer rmsprop
+expect_error "keep-batchnorm-fp32" train --keep-batchnorm-fp32 maybe --max-steps 1
+expect_error "dataset-fashion-mnist" train --data /nonexistent --max-steps 1
+expect_error "not a training-state checkpoint\|cannot read" train --resume /nonexistent --max-steps 1
+expect_error "--checkpoint" eval --model lenet
+expect_error "cannot read\|No such" inspect /nonexistent.safetensors
+"$M" train --help | grep -q "O2" || fail "train --help does not mention the levels"
+"$M" --help | grep -q "train" || fail "--help does not list train"
+echo "cli errors ok"
