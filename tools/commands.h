@@ -18,5 +18,6 @@ Command register_info(CLI::App& app);
 Command register_train(CLI::App& app);
 Command register_eval(CLI::App& app);
 Command register_inspect(CLI::App& app);
+Command register_bench(CLI::App& app);
 
 }  // namespace mixprec::cli

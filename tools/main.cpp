@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       mixprec::cli::register_train(app),
       mixprec::cli::register_eval(app),
       mixprec::cli::register_inspect(app),
+      mixprec::cli::register_bench(app),
       mixprec::cli::register_info(app),
   };
   try {

@@ -226,7 +226,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
     record(OpId::conv2d, {x, w, b}, y,
            [s](const std::vector<Tensor>& grads) { return conv2d_backward(grads[0], *s); });
   }
-  return finish(OpId::conv2d, pr, y, dt);
+  const int64_t flops = 2 * shape_numel(y.shape()) * (w.numel() / g.cout);  // 2 * outputs * (cin/groups * kh * kw)
+  return finish(OpId::conv2d, pr, y, dt, flops);
 }
 
 }  // namespace mixprec::ops

@@ -174,7 +174,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
       return std::vector<Tensor>{da, db};
     });
   }
-  return finish(OpId::matmul, p, out, dt);
+  return finish(OpId::matmul, p, out, dt, 2 * out.numel() * a.size(-1));
 }
 
 // ---------------------------------------------------------------- linear
@@ -238,7 +238,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
       return std::vector<Tensor>{dx, dw, db};
     });
   }
-  return finish(OpId::linear, p, y, dt);
+  return finish(OpId::linear, p, y, dt, 2 * y.numel() * w.size(-1));
 }
 
 }  // namespace mixprec::ops

@@ -26,11 +26,12 @@ Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   return p;
 }
 
-Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype) {
+Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64_t flops) {
   if (p.decision.output && is_floating(out.dtype()) && out.dtype() != *p.decision.output)
     out = cast(out, *p.decision.output);
   if (op_recording()) {
-    OpRecord r{op, current_cell_path(), {}, {}, compute_dtype, out.dtype()};
+    OpRecord r{op, current_cell_path(), {}, {}, compute_dtype, out.dtype(), flops,
+               !p.in.empty() && p.in[0].defined() && p.in[0].requires_grad()};
     for (size_t i = 0; i < p.in.size(); ++i) {
       const Tensor& t = p.in[i];
       if (!t.defined() || !is_floating(t.dtype())) continue;

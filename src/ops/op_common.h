@@ -22,8 +22,9 @@ struct Prepared {
 // Applies autocast to the floating inputs (integer/bool inputs and undefined ones pass through).
 Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs);
 
-// Applies the decision's output cast and records the op if a recorder is installed.
-Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype);
+// Applies the decision's output cast and records the op if a recorder is installed; `flops`
+// counts the forward multiply-adds x 2 of matmul/conv-like ops (0 for the others).
+Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64_t flops = 0);
 
 // Creates a node for `op` whose edges follow `diff_inputs` (undefined or non-requiring inputs
 // give invalid edges, whose gradients are ignored), and attaches it to `out`.

@@ -211,7 +211,7 @@ Tensor cast(const Tensor& x, DType dtype) {
     }, /*accepts_any_grad_dtype=*/true);
   }
   if (op_recording())
-    record_op(OpRecord{OpId::cast, current_cell_path(), {x.dtype()}, {}, dtype, dtype});
+    record_op(OpRecord{OpId::cast, current_cell_path(), {x.dtype()}, {}, dtype, dtype, 0, false});
   return out;
 }
 

@@ -70,6 +70,8 @@ struct OpRecord {
   std::vector<DType> weight_dtypes; // the subset that are parameters (leaves requiring grad)
   DType compute_dtype;              // the dtype the arithmetic ran in
   DType output_dtype;
+  int64_t flops = 0;                // forward floating-point operations of GEMM-like ops
+  bool input_requires_grad = false; // the first input needs a gradient (a backward-data pass)
 };
 
 struct AutocastState {

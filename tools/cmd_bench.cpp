@@ -1,0 +1,194 @@
+// `mixprec bench`: times one training step (forward, backward, unscale + check, optimizer) of a
+// zoo model on synthetic data — warm-up first, then the median and minimum over N steps — and
+// reads it against the machine: the GEMM rate and the memory bandwidth are measured on the
+// spot, and floor = GEMM/conv FLOPs / GEMM rate + bytes moved / bandwidth. Writes JSON with
+// --report. Steps use SGD with momentum and the level's default loss scaling, as in training.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "commands.h"
+#include "mixprec/allocator.h"
+#include "mixprec/amp/amp.h"
+#include "mixprec/cpu_features.h"
+#include "mixprec/graph.h"
+#include "mixprec/nn/loss.h"
+#include "mixprec/nn/zoo.h"
+#include "mixprec/ops/ops.h"
+#include "mixprec/rng.h"
+#include "mixprec/version.h"
+#include "train_common.h"
+
+namespace mixprec::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// Best-of-5 GFLOP/s of a 1024^3 GEMM in `dtype` through the op library (oneDNN).
+double measure_gemm_gflops(DType dtype) {
+  Generator g(1);
+  const Tensor a = randn({1024, 1024}, g, {.dtype = dtype});
+  const Tensor b = randn({1024, 1024}, g, {.dtype = dtype});
+  NoGradGuard ng;
+  (void)ops::matmul(a, b);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = clock_type::now();
+    (void)ops::matmul(a, b);
+    best = std::min(best, seconds_since(t));
+  }
+  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+}
+
+// Best-of-5 memcpy bandwidth over 256 MiB, counting bytes read plus bytes written.
+double measure_bandwidth_gbs() {
+  const size_t n = size_t{256} << 20;
+  std::vector<char> src(n, 1), dst(n, 0);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = clock_type::now();
+    std::memcpy(dst.data(), src.data(), n);
+    best = std::min(best, seconds_since(t));
+  }
+  return 2.0 * static_cast<double>(n) / best / 1e9;
+}
+
+struct BenchArgs {
+  std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", report;
+  int64_t batch_size = 0, steps = 20, warmup = 5;
+  int threads = 0;
+};
+
+int run_bench(const BenchArgs& a) {
+  const int threads = set_threads(a.threads);
+  const AmpLevel level = parse_amp_level(a.amp_level);
+  const DType low = parse_low_dtype(a.dtype);
+  const int64_t batch = a.batch_size > 0 ? a.batch_size : nn::default_batch_size(a.model);
+  MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+  manual_seed(0);
+  auto net = nn::make_model(a.model);
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
+  amp::BuildOptions bo{.cast_model_type = low};
+  if (auto m = parse_loss_scale(a.loss_scale)) bo.loss_scale_manager = *m;
+  auto step = amp::build_train_network(*net, opt, loss_fn, a.amp_level, bo);
+  Generator g(7);
+  const Tensor x = randn({batch, 1, 28, 28}, g);
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+  const Tensor y = Tensor::from_vector(labels, {batch});
+
+  // FLOPs of one step from the op trace of a forward pass: each GEMM-like op runs forward,
+  // backward-weights and (unless its input needs no gradient) backward-data.
+  int64_t flops = 0;
+  {
+    std::vector<OpRecord> rec;
+    OpRecorder r(&rec);
+    EnableGradGuard eg(true);
+    Tensor out = (*net)(x);
+    for (const OpRecord& o : rec) flops += o.flops * (o.input_requires_grad ? 3 : 2);
+  }
+  int64_t param_count = 0;
+  for (const Tensor& p : net->trainable_params()) param_count += p.numel();
+
+  for (int64_t i = 0; i < a.warmup; ++i) (void)(*step)(x, y);
+  // Activation memory: what the forward pass keeps alive for backward (the graph's saved
+  // tensors and outputs), measured as live bytes with the graph held minus live bytes before.
+  int64_t activation = 0;
+  {
+    const int64_t before = memory_stats().live_bytes;
+    EnableGradGuard eg(true);
+    Tensor loss = step->network()(x, y);
+    activation = memory_stats().live_bytes - before;
+  }
+  const int64_t live_before = memory_stats().live_bytes;
+  reset_peak_memory();
+  std::vector<double> ms;
+  for (int64_t i = 0; i < a.steps; ++i) {
+    const auto t = clock_type::now();
+    (void)(*step)(x, y);
+    ms.push_back(1e3 * seconds_since(t));
+  }
+  const int64_t peak = memory_stats().peak_bytes;
+  const int64_t step_transient = peak - live_before;
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double min = sorted.front();
+
+  const DType gemm_dtype = level == AmpLevel::O0 || low == DType::f16 ? DType::f32 : low;
+  const double gflops = measure_gemm_gflops(gemm_dtype);
+  const double bw = measure_bandwidth_gbs();
+  // Bytes a step must move: weights read in forward and backward (low copies at O2/O3), the
+  // gradient written and read, momentum read and written, fp32 weights read and written, the
+  // low copy written; saved activations written in forward and read in backward, twice over
+  // (values and their gradients).
+  const bool low_weights = level == AmpLevel::O2 || level == AmpLevel::O3;
+  const double wbytes = static_cast<double>(param_count) * (low_weights ? 2 * 2 + 4 * 2 + 8 + 8 + 2 : 4 * 2 + 4 * 2 + 8 + 8);
+  const double bytes = wbytes + 4.0 * static_cast<double>(std::max<int64_t>(activation, 0));
+  const double floor_ms = 1e3 * (static_cast<double>(flops) / (gflops * 1e9) + bytes / (bw * 1e9));
+  std::printf("%s %s/%s batch %lld: step median %.2f ms (min %.2f), %.0f samples/s; floor %.2f ms "
+              "(%.2f GFLOP at %.0f GFLOP/s + %.1f MB at %.1f GB/s), efficiency %.2f; peak %.1f MB, "
+              "activations %.1f MB; %d threads\n",
+              a.model.c_str(), std::string(amp_level_name(level)).c_str(), level == AmpLevel::O0 ? "f32" : a.dtype.c_str(),
+              static_cast<long long>(batch), median, min, 1e3 * static_cast<double>(batch) / median, floor_ms,
+              static_cast<double>(flops) / 1e9, gflops, bytes / 1e6, bw, floor_ms / median,
+              static_cast<double>(peak) / 1e6, static_cast<double>(activation) / 1e6, threads);
+  if (!a.report.empty()) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["amp_level"] = std::string(amp_level_name(level));
+    j["dtype"] = level == AmpLevel::O0 ? "f32" : a.dtype;
+    j["batch"] = batch;
+    j["steps"] = a.steps;
+    j["step_ms_median"] = median;
+    j["step_ms_min"] = min;
+    j["step_ms_all"] = ms;
+    j["samples_per_second"] = 1e3 * static_cast<double>(batch) / median;
+    j["peak_memory_bytes"] = peak;
+    j["activation_memory_bytes"] = activation;
+    j["step_transient_bytes"] = step_transient;
+    j["flops_per_step"] = flops;
+    j["bytes_per_step_estimate"] = bytes;
+    j["gemm_gflops_measured"] = gflops;
+    j["gemm_dtype"] = std::string(dtype_name(gemm_dtype));
+    j["bandwidth_gbs_measured"] = bw;
+    j["floor_ms"] = floor_ms;
+    j["efficiency"] = floor_ms / median;
+    j["threads"] = threads;
+    j["skipped_steps"] = step->skipped_steps();
+    j["cpu_features"] = describe(cpu_features());
+    j["mixprec_version"] = MIXPREC_VERSION;
+    std::ofstream f(a.report);
+    MIXPREC_CHECK(f.good(), "--report: cannot open '", a.report, "' for writing");
+    f << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time one training step of a zoo model on synthetic data");
+  cmd->add_option("--model", a->model, "Network")->capture_default_str()->check(CLI::IsMember(nn::model_names()));
+  cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "bf16|f16 (f16 is emulated: not faster)")->capture_default_str();
+  cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_size, "Batch size (0: 256, or 64 for resnet-small)")->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--report", a->report, "Write JSON here");
+  return {cmd, [a] { return run_bench(*a); }};
+}
+
+}  // namespace mixprec::cli
