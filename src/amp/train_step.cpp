@@ -5,12 +5,14 @@
 // optimizer state, step count and learning-rate schedule stay as they were.
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "mixprec/amp/amp.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/error.h"
 #include "mixprec/nn/loss.h"
 #include "mixprec/ops/ops.h"
+#include "mixprec/rng.h"
 
 namespace mixprec::amp {
 namespace {
@@ -18,10 +20,8 @@ namespace {
 // loss_fn(fp32(network(data)), fp32(label)) — MindSpore's _add_loss_network for O1-O3/auto.
 class CastWithLossCell : public nn::Cell {
  public:
-  CastWithLossCell(nn::Cell& net, nn::Cell& loss) : net_(net), loss_(loss) {
-    register_cell("backbone", net);
-    register_cell("loss_fn", loss);
-  }
+  // Like nn::WithLossCell, the backbone is not registered as a child (it keeps its own paths).
+  CastWithLossCell(nn::Cell& net, nn::Cell& loss) : net_(net), loss_(loss) {}
   Tensor construct(const Tensor& data, const Tensor& label) override {
     Tensor out = net_(data);
     if (is_low_precision(out.dtype())) out = ops::cast(out, DType::f32);
@@ -54,18 +54,74 @@ TrainOneStepCell::TrainOneStepCell(nn::Cell& net, optim::Optimizer& opt,
   MIXPREC_CHECK(options.accumulation_steps >= 1, "TrainOneStepCell: accumulation_steps must be >= 1, got ",
                 options.accumulation_steps);
   MIXPREC_CHECK(options.max_grad_norm >= 0, "TrainOneStepCell: max_grad_norm must be >= 0");
-  register_cell("network", net);
 }
 
-Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
-  const double scale = manager_ ? manager_->get_loss_scale() : 1.0;
+void TrainOneStepCell::set_backbone(nn::Cell& backbone) {
+  backbone_ = &backbone;
+  param_names_.clear();
+  std::map<const TensorImpl*, std::string> names;
+  for (auto& [n, t] : backbone.parameters_and_names()) names.emplace(t.impl(), n);
+  for (const Tensor& p : optimizer_.parameters()) {
+    auto it = names.find(p.impl());
+    param_names_.push_back(it == names.end() ? "param" + std::to_string(param_names_.size()) : it->second);
+  }
+}
+
+// Forward + backward of loss * scale; returns the captured (scaled) gradients.
+std::vector<Tensor> TrainOneStepCell::forward_backward(const Tensor& data, const Tensor& label, double scale,
+                                                       double* loss_value) {
   const std::vector<Tensor>& params = optimizer_.parameters();
   Tensor loss = network_(data, label);
   MIXPREC_CHECK(loss.numel() == 1, "train step: the loss must be a scalar, got shape ", shape_str(loss.shape()),
                 Hint{"use a reduction (mean or sum) in the loss function"});
-  const double loss_value = loss.item();
+  if (loss_value) *loss_value = loss.item();
   const Tensor scaled = scale != 1.0 ? ops::mul(loss, scale) : loss;
-  std::vector<Tensor> grads = run_backward({scaled}, {Tensor()}, {.capture = &params});
+  return run_backward({scaled}, {Tensor()}, {.capture = &params});
+}
+
+// Replays the step's forward and backward with the non-finite checker on, to name the first op
+// that produced inf/NaN. The RNG is rewound so dropout draws the same masks, and the backbone's
+// buffers (BatchNorm running statistics) are restored afterwards, so the replay changes nothing.
+std::optional<NonFiniteEvent> TrainOneStepCell::replay_with_checks(const Tensor& data, const Tensor& label,
+                                                                   double scale,
+                                                                   const std::pair<uint64_t, uint64_t>& rng_before) {
+  Generator& gen = default_generator();
+  const std::pair<uint64_t, uint64_t> rng_after{gen.seed(), gen.offset()};
+  std::vector<std::pair<Tensor, Tensor>> saved;
+  if (backbone_) {
+    NoGradGuard ng;
+    for (auto& [n, b] : backbone_->buffers_and_names()) saved.emplace_back(b, b.detach().clone());
+  }
+  gen.set_state(rng_before.first, rng_before.second);
+  NumericsCheckScope check;
+  {
+    AmpCounters keep = amp_counters();
+    (void)forward_backward(data, label, scale, nullptr);
+    amp_counters() = keep;
+  }
+  gen.set_state(rng_after.first, rng_after.second);
+  NoGradGuard ng;
+  for (auto& [live, copy] : saved) live.detach().copy_(copy);
+  return check.first();
+}
+
+void TrainOneStepCell::fill_telemetry(const AmpCounters& before) {
+  const AmpCounters& now = amp_counters();
+  last_.casts = now.casts - before.casts;
+  last_.cast_bytes = now.cast_bytes - before.cast_bytes;
+  const int64_t flops = now.flops - before.flops;
+  last_.low_flops_fraction = flops > 0 ? static_cast<double>(now.low_flops - before.low_flops) / static_cast<double>(flops) : 0.0;
+}
+
+Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
+  const double scale = manager_ ? manager_->get_loss_scale() : 1.0;
+  const Generator& gen = default_generator();
+  const std::pair<uint64_t, uint64_t> rng_before{gen.seed(), gen.offset()};
+  const AmpCounters counters_before = amp_counters();
+  double loss_value = 0.0;
+  std::optional<NumericsCheckScope> always;
+  if (options_.check_numerics) always.emplace();
+  std::vector<Tensor> grads = forward_backward(data, label, scale, &loss_value);
 
   // Gradient accumulation: sum the (still scaled) micro-batch gradients.
   if (options_.accumulation_steps > 1) {
@@ -75,9 +131,10 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
         if (grads[i].defined())
           accumulated_[i] = accumulated_[i].defined() ? ops::add(accumulated_[i], grads[i]) : grads[i];
     if (++micro_ < options_.accumulation_steps) {
-      last_ = StepInfo{attempted_, loss_value, std::isfinite(loss_value), false, false, scale,
-                       optimizer_.learning_rate(), -1.0};
-      return loss.detach();
+      last_ = StepInfo{.step = attempted_, .loss = loss_value, .loss_finite = std::isfinite(loss_value),
+                       .loss_scale = scale, .lr = optimizer_.learning_rate()};
+      fill_telemetry(counters_before);
+      return full({}, loss_value);
     }
     grads = std::move(accumulated_);
     accumulated_.clear();
@@ -85,8 +142,7 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   }
 
   // One pass: unscale (by the scale times the number of micro-batches) and check.
-  const double divisor = scale * options_.accumulation_steps;
-  bool finite = unscale_and_check(grads, divisor);
+  bool finite = unscale_and_check(grads, scale * options_.accumulation_steps);
   const bool loss_finite = std::isfinite(loss_value);
   double norm = -1.0;
   if (finite && options_.max_grad_norm > 0) {
@@ -95,14 +151,23 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
     else if (norm > options_.max_grad_norm) unscale_and_check(grads, norm / options_.max_grad_norm);
   }
   const bool overflow = !finite || !loss_finite;
-  const bool drop = manager_ ? manager_->get_drop_overflow_update() : false;
-  const bool skip = overflow && drop;
+  const bool skip = overflow && (manager_ ? manager_->get_drop_overflow_update() : false);
   ++attempted_;
-  last_ = StepInfo{attempted_, loss_value, loss_finite, overflow, skip, scale, optimizer_.learning_rate(), norm};
+  last_ = StepInfo{.step = attempted_, .loss = loss_value, .loss_finite = loss_finite, .overflow = overflow,
+                   .skipped = skip, .loss_scale = scale, .lr = optimizer_.learning_rate(), .grad_norm = norm};
+  fill_telemetry(counters_before);
+  if (always) last_.event = always->first();
+  else if (overflow && options_.provenance && options_.accumulation_steps == 1)
+    last_.event = replay_with_checks(data, label, scale, rng_before);
+  if (options_.grad_stats_every > 0 && finite && attempted_ % options_.grad_stats_every == 0)
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (grads[i].defined())
+        last_.grad_stats.push_back(gradient_stats(i < param_names_.size() ? param_names_[i] : "param" + std::to_string(i), grads[i]));
   if (!skip) {
     if (overflow)
       std::fprintf(stderr, "mixprec: warning: step %lld applied an update with non-finite gradients "
                    "(drop_overflow_update is false)\n", static_cast<long long>(attempted_));
+    const std::vector<Tensor>& params = optimizer_.parameters();
     for (size_t i = 0; i < grads.size(); ++i)
       if (!grads[i].defined()) grads[i] = zeros(params[i].shape());
     optimizer_.step(grads);
@@ -110,7 +175,32 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
     ++skipped_;
   }
   if (manager_) manager_->update_loss_scale(overflow, loss_finite);
-  return loss.detach();
+  return full({}, loss_value);
+}
+
+GradStats gradient_stats(const std::string& name, const Tensor& grad) {
+  GradStats st;
+  st.param = name;
+  const Tensor g = grad.astype(DType::f32).contiguous();
+  const float* p = g.data<float>();
+  const int64_t n = g.numel();
+  int64_t under = 0, zero = 0;
+  double mx = 0.0;
+#pragma omp parallel for reduction(+ : under, zero) reduction(max : mx) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = p[i];
+    if (v == 0.0f) {
+      ++zero;
+      continue;
+    }
+    if (to_f16(v).bits == 0 || to_f16(v).bits == 0x8000) ++under;
+    mx = std::max(mx, static_cast<double>(std::fabs(v)));
+  }
+  st.max_abs = mx;
+  st.underflow_fraction = n ? static_cast<double>(under) / static_cast<double>(n) : 0.0;
+  st.zero_fraction = n ? static_cast<double>(zero) / static_cast<double>(n) : 0.0;
+  st.recommended_scale = mx > 0 && std::isfinite(mx) ? std::exp2(std::floor(std::log2(32768.0 / mx))) : 1.0;
+  return st;
 }
 
 std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::Optimizer& optimizer,
@@ -140,6 +230,7 @@ std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::
   else with_loss = std::make_shared<CastWithLossCell>(network, loss_fn);
   auto step = std::make_shared<TrainOneStepCell>(*with_loss, optimizer, manager, options.step);
   step->take_ownership(with_loss);
+  step->set_backbone(network);
   return step;
 }
 

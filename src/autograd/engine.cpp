@@ -8,6 +8,7 @@
 
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/ops/autocast.h"
+#include "mixprec/ops/numerics.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec {
@@ -23,6 +24,22 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
   if (!b.defined()) return a;
   const DType dt = promote(a.dtype(), b.dtype());
   return ops::add(a.astype(dt), b.astype(dt));
+}
+
+// Records the first backward node that produced a non-finite gradient.
+void check_backward(const Node& n, const std::vector<Tensor>& grads_out, const std::vector<Tensor>& grads_in,
+                    NumericsCheckScope& check) {
+  for (size_t i = 0; i < grads_in.size(); ++i) {
+    const FiniteSummary f = summarize_finite(grads_in[i]);
+    if (f.nonfinite == 0) continue;
+    double in_max = 0.0;
+    for (const Tensor& g : grads_out) in_max = std::max(in_max, summarize_finite(g).max_abs);
+    const std::string which = n.next[i].leaf ? " (a parameter)" : "";
+    check.record(NonFiniteEvent{static_cast<OpId>(n.op), std::string(n.name), n.cell_path, "backward",
+                                "gradient w.r.t. input " + std::to_string(i) + which, grads_in[i].dtype(), in_max,
+                                f.nonfinite, f.has_nan});
+    return;
+  }
 }
 
 void check_seed(const Tensor& out, const Tensor& seed) {
@@ -47,6 +64,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
                 "backward: ", outputs.size(), " outputs but ", grad_outputs.size(), " gradients");
   NoGradGuard no_grad;
   AutocastScope no_autocast(AutocastState{});
+  BackwardPhaseGuard backward_phase;
 
   std::unordered_map<const AutogradMeta*, size_t> capture_index;
   std::vector<Tensor> captured;
@@ -133,6 +151,8 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     std::vector<Tensor> in_grads = n->backward(grads);
     MIXPREC_ASSERT(in_grads.size() == n->next.size(), "backward of ", n->name, " returned ",
                    in_grads.size(), " gradients for ", n->next.size(), " inputs");
+    if (NumericsCheckScope* check = numerics_check_any_phase(); check && !check->first())
+      check_backward(*n, grads, in_grads, *check);
     if (!options.retain_graph) n->release();
     for (size_t i = 0; i < n->next.size(); ++i) {
       const Edge& e = n->next[i];

@@ -2,6 +2,7 @@
 #include "op_common.h"
 
 #include "mixprec/error.h"
+#include "mixprec/ops/numerics.h"
 
 namespace mixprec::ops::detail {
 
@@ -27,6 +28,21 @@ Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
 }
 
 Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64_t flops) {
+  if (flops > 0) {
+    AmpCounters& c = amp_counters();
+    c.flops += flops;
+    if (is_low_precision(compute_dtype)) c.low_flops += flops;
+  }
+  if (NumericsCheckScope* check = numerics_check(); check && !check->first() && is_floating(out.dtype())) {
+    const FiniteSummary f = summarize_finite(out);
+    if (f.nonfinite > 0) {
+      double in_max = 0.0;
+      for (const Tensor& t : p.in) in_max = std::max(in_max, summarize_finite(t).max_abs);
+      check->record(NonFiniteEvent{op, std::string(op_name(op)), current_cell_path(), "forward",
+                                   "output of " + std::string(op_name(op)), out.dtype(), in_max, f.nonfinite,
+                                   f.has_nan});
+    }
+  }
   if (p.decision.output && is_floating(out.dtype()) && out.dtype() != *p.decision.output)
     out = cast(out, *p.decision.output);
   if (op_recording()) {

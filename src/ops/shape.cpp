@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/tensor_raw.h"
+#include "mixprec/ops/numerics.h"
 #include "op_common.h"
 
 namespace mixprec {
@@ -203,6 +204,17 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (!out.defined()) {
     out = mixprec::detail::raw_copy(x, dtype);
     if (cacheable) cache->store(x, out.detach());
+    AmpCounters& c = amp_counters();
+    ++c.casts;
+    c.cast_bytes += static_cast<int64_t>(out.nbytes());
+    if (NumericsCheckScope* check = numerics_check(); check && !check->first() && is_floating(dtype)) {
+      const FiniteSummary f = summarize_finite(out);
+      if (f.nonfinite > 0)  // a finite input that overflows the narrower dtype
+        check->record(NonFiniteEvent{OpId::cast, "cast", current_cell_path(), "forward",
+                                     std::string("cast ") + std::string(dtype_name(x.dtype())) + " -> " +
+                                         std::string(dtype_name(dtype)),
+                                     dtype, summarize_finite(x).max_abs, f.nonfinite, f.has_nan});
+    }
   }
   if (graph::needs_grad({&x})) {
     const DType src = x.dtype();

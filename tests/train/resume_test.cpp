@@ -81,7 +81,9 @@ TEST(Resume, HalfStepsSaveLoadHalfStepsIsBitIdentical) {
     EXPECT_EQ(straight.state, resumed.state) << net << " " << level;
     EXPECT_EQ(straight.scale, resumed.scale) << net << " " << level;
     EXPECT_EQ(straight.skipped, resumed.skipped) << net << " " << level;
-    if (level == "O2") EXPECT_GT(straight.skipped, 0) << "f16 with a 2^16 start overflows at first";
+    if (level == "O2") {
+      EXPECT_GT(straight.skipped, 0) << "f16 with a 2^16 start overflows at first";
+    }
   }
 }
 

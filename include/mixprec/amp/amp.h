@@ -14,6 +14,7 @@
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/nn/cell.h"
 #include "mixprec/ops/autocast.h"
+#include "mixprec/ops/numerics.h"
 #include "mixprec/optim/optimizer.h"
 
 namespace mixprec::amp {
@@ -48,6 +49,16 @@ void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType d
 
 // ---------------------------------------------------------------- the train step
 
+// Statistics of one parameter's (unscaled) gradient.
+struct GradStats {
+  std::string param;
+  double max_abs = 0.0;
+  double underflow_fraction = 0.0;  // nonzero values that would round to 0 in f16 unscaled
+  double zero_fraction = 0.0;       // values that are exactly 0
+  double recommended_scale = 1.0;   // largest power of 2 keeping max_abs * scale <= 2^15
+};
+GradStats gradient_stats(const std::string& name, const Tensor& grad);
+
 struct StepInfo {
   int64_t step = 0;          // attempted steps so far (applied + skipped)
   double loss = 0.0;         // the unscaled fp32 loss
@@ -57,11 +68,22 @@ struct StepInfo {
   double loss_scale = 1.0;   // the scale used for this step
   double lr = 0.0;           // the learning rate of this step
   double grad_norm = -1.0;   // global norm after unscaling, when clipping is on
+  // Overflow provenance: the first op whose output held inf/NaN (on overflow steps, or on
+  // every step with check_numerics).
+  std::optional<NonFiniteEvent> event{};
+  // AMP telemetry of the forward pass.
+  int64_t casts = 0;
+  int64_t cast_bytes = 0;
+  double low_flops_fraction = 0.0;
+  std::vector<GradStats> grad_stats{};  // when requested this step
 };
 
 struct TrainStepOptions {
   double max_grad_norm = 0.0;   // > 0: clip by global norm (after unscaling)
   int accumulation_steps = 1;   // micro-batches per update (unscaled once, at the boundary)
+  bool check_numerics = false;  // check every op of every step for inf/NaN (slower)
+  bool provenance = true;       // on an overflow, replay the step with checks to name the op
+  int64_t grad_stats_every = 0; // > 0: gradient statistics every N steps
 };
 
 // network_with_loss(data, label) -> scalar loss; one call = one micro-batch.
@@ -81,9 +103,19 @@ class TrainOneStepCell : public nn::Cell {
   int64_t attempted_steps() const { return attempted_; }
   void set_counters(int64_t attempted, int64_t skipped) { attempted_ = attempted; skipped_ = skipped; }
   void take_ownership(std::shared_ptr<nn::Cell> cell) { owned_.push_back(std::move(cell)); }
+  // The network inside the loss wrapper: its buffers are restored after a provenance replay and
+  // its parameter names label the gradient statistics.
+  void set_backbone(nn::Cell& backbone);
+  TrainStepOptions& options() { return options_; }
 
  private:
+  std::vector<Tensor> forward_backward(const Tensor& data, const Tensor& label, double scale, double* loss_value);
+  std::optional<NonFiniteEvent> replay_with_checks(const Tensor& data, const Tensor& label, double scale,
+                                                   const std::pair<uint64_t, uint64_t>& rng_before);
+  void fill_telemetry(const AmpCounters& before);
   nn::Cell& network_;
+  nn::Cell* backbone_ = nullptr;
+  std::vector<std::string> param_names_;
   optim::Optimizer& optimizer_;
   std::shared_ptr<LossScaleManager> manager_;
   TrainStepOptions options_;

@@ -52,13 +52,13 @@ class NLLLoss : public Cell {
   Reduction reduction_;
 };
 
-// loss_fn(backbone(data), label). Does not own either cell.
+// loss_fn(backbone(data), label). Does not own either cell, and does not register them as
+// children: the backbone stays the root of its own cell paths ("features.0", not
+// "backbone.features.0"), so provenance and the precision table name cells the same way
+// whether the network runs alone or wrapped.
 class WithLossCell : public Cell {
  public:
-  WithLossCell(Cell& backbone, Cell& loss_fn) : backbone_(backbone), loss_fn_(loss_fn) {
-    register_cell("backbone", backbone);
-    register_cell("loss_fn", loss_fn);
-  }
+  WithLossCell(Cell& backbone, Cell& loss_fn) : backbone_(backbone), loss_fn_(loss_fn) {}
   Tensor construct(const Tensor& data, const Tensor& label) override {
     return loss_fn_(backbone_(data), label);
   }
