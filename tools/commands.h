@@ -19,5 +19,6 @@ Command register_train(CLI::App& app);
 Command register_eval(CLI::App& app);
 Command register_inspect(CLI::App& app);
 Command register_bench(CLI::App& app);
+Command register_report(CLI::App& app);
 
 }  // namespace mixprec::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       mixprec::cli::register_eval(app),
       mixprec::cli::register_inspect(app),
       mixprec::cli::register_bench(app),
+      mixprec::cli::register_report(app),
       mixprec::cli::register_info(app),
   };
   try {
