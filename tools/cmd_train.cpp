@@ -20,6 +20,7 @@
 #include "mixprec/nn/zoo.h"
 #include "mixprec/rng.h"
 #include "mixprec/train/checkpoint.h"
+#include "mixprec/train/guard.h"
 #include "mixprec/train/model.h"
 #include "mixprec/version.h"
 #include "train_common.h"
@@ -45,6 +46,11 @@ struct TrainArgs {
   int64_t save_every = 0;
   bool show_precision = false;
   bool no_eval = false;
+  bool eval_every_epoch = true;
+  bool check_numerics = false;
+  std::string on_overflow = "warn";
+  int64_t grad_stats_every = 0;
+  double max_skip_rate = 0.05;
   int64_t print_every = 100;
 };
 
@@ -53,20 +59,30 @@ class TraceWriter : public train::Callback {
  public:
   explicit TraceWriter(const std::string& path) : out_(path) {
     MIXPREC_CHECK(out_.good(), "--trace: cannot open '", path, "' for writing");
-    out_ << "step,epoch,loss,scale,skipped,overflow,lr\n";
+    out_ << "step,epoch,loss,scale,skipped,overflow,lr,casts,cast_bytes,low_flops_fraction,offending_op,phase,cell\n";
   }
   void on_step_end(train::RunContext& c) override {
-    out_ << c.global_step << ',' << c.epoch + 1 << ',' << c.step.loss << ',' << c.step.loss_scale << ','
-         << (c.step.skipped ? 1 : 0) << ',' << (c.step.overflow ? 1 : 0) << ',' << c.step.lr << '\n';
+    const amp::StepInfo& s = c.step;
+    out_ << c.global_step << ',' << c.epoch + 1 << ',' << s.loss << ',' << s.loss_scale << ',' << (s.skipped ? 1 : 0)
+         << ',' << (s.overflow ? 1 : 0) << ',' << s.lr << ',' << s.casts << ',' << s.cast_bytes << ','
+         << s.low_flops_fraction << ',' << (s.event ? s.event->op_name : "") << ','
+         << (s.event ? s.event->phase : "") << ',' << (s.event ? csv_safe(s.event->cell) : "") << '\n';
+  }
+  static std::string csv_safe(std::string v) {
+    for (char& ch : v)
+      if (ch == ',' || ch == '\n' || ch == '"') ch = ' ';
+    return v;
   }
 
  private:
   std::ofstream out_;
 };
 
-// Mean loss over each epoch's steps, for the report.
+// Mean loss over each epoch's steps, per-epoch test metrics and gradient statistics, for the
+// report.
 class History : public train::Callback {
  public:
+  explicit History(const dataset::Dataset* test) : test_(test) {}
   void on_step_end(train::RunContext& c) override {
     if (c.step.loss_finite) {
       sum_ += c.step.loss;
@@ -74,14 +90,34 @@ class History : public train::Callback {
     }
     skipped_ += c.step.skipped;
     steps_ = c.global_step;
+    for (const amp::GradStats& g : c.step.grad_stats)
+      if (grad_stats.size() < 20000)
+        grad_stats.push_back({{"step", c.global_step}, {"param", g.param}, {"max_abs", g.max_abs},
+                              {"underflow_fraction", g.underflow_fraction}, {"zero_fraction", g.zero_fraction},
+                              {"recommended_scale", g.recommended_scale}});
   }
-  void on_epoch_end(train::RunContext&) override {
-    epoch_losses.push_back(n_ ? sum_ / static_cast<double>(n_) : NAN);
+  void on_epoch_end(train::RunContext& c) override {
+    const double loss = n_ ? sum_ / static_cast<double>(n_) : NAN;
+    epoch_losses.push_back(loss);
+    nlohmann::json e{{"epoch", c.epoch + 1}, {"train_loss", loss}};
+    if (test_ && c.model) {
+      const auto m = c.model->eval(*test_);
+      e["test_accuracy"] = m.at("Accuracy");
+      e["test_loss"] = m.at("Loss");
+      std::printf("epoch %lld: test accuracy %.4f, test loss %.4f\n", static_cast<long long>(c.epoch + 1),
+                  m.at("Accuracy"), m.at("Loss"));
+    }
+    epoch_metrics.push_back(e);
     sum_ = 0;
     n_ = 0;
   }
   std::vector<double> epoch_losses;
+  nlohmann::json epoch_metrics = nlohmann::json::array();
+  nlohmann::json grad_stats = nlohmann::json::array();
   int64_t skipped_ = 0, steps_ = 0;
+
+ private:
+  const dataset::Dataset* test_;
 
  private:
   double sum_ = 0;
@@ -129,7 +165,9 @@ int run_train(const TrainArgs& a) {
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
 
   train::ModelOptions mo{.metrics = {{"Accuracy", train::Accuracy()}, {"Loss", train::Loss()}},
-                         .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn, .dtype = low};
+                         .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn, .dtype = low,
+                         .step = {.check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
+  const train::OnOverflow on_overflow = train::parse_on_overflow(a.on_overflow);
   if (manager) mo.loss_scale_manager = *manager;
   train::Model model(*net, loss_fn, *optimizer, mo);
   amp::TrainOneStepCell& step = model.train_network();
@@ -145,9 +183,11 @@ int run_train(const TrainArgs& a) {
   if (low == DType::f16 && level != AmpLevel::O0)
     std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
                 "numerically faithful, not faster; bf16 is the fast type here\n");
-  if (a.show_precision) {
+  std::vector<amp::PrecisionRow> precision_rows;
+  if (a.show_precision || !a.report.empty()) {
     const dataset::Batch sample = train_ds.get_batch(0, 0);
-    std::printf("%s", amp::format_precision_table(amp::precision_table(*net, sample.image)).c_str());
+    precision_rows = amp::precision_table(*net, sample.image.slice(0, 0, std::min<int64_t>(8, sample.size())));
+    if (a.show_precision) std::printf("%s", amp::format_precision_table(precision_rows).c_str());
   }
 
   // The settings a resumed run must share with the run it continues.
@@ -172,8 +212,10 @@ int run_train(const TrainArgs& a) {
                 static_cast<long long>(info.global_step));
   }
 
-  auto history = std::make_shared<History>();
-  std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history};
+  auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &test_ds);
+  auto guard = std::make_shared<train::OverflowGuard>(
+      train::GuardOptions{.action = on_overflow, .max_skip_rate = a.max_skip_rate});
+  std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history, guard};
   if (!a.trace.empty()) callbacks.emplace_back(TraceWriter(a.trace));
   if (!a.checkpoint.empty() && a.save_every > 0)
     callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, run_keys));
@@ -185,13 +227,20 @@ int run_train(const TrainArgs& a) {
 
   std::map<std::string, double> metrics;
   if (!a.no_eval) {
-    metrics = model.eval(test_ds);
+    const nlohmann::json& last = history->epoch_metrics.empty() ? nlohmann::json() : history->epoch_metrics.back();
+    if (last.contains("test_accuracy") && guard->stop_reason().empty() && model.next_batch() == 0) {
+      metrics["Accuracy"] = last["test_accuracy"].get<double>();  // evaluated at the end of the last epoch
+      metrics["Loss"] = last["test_loss"].get<double>();
+    } else {
+      metrics = model.eval(test_ds);
+    }
     std::printf("test accuracy %.4f, test loss %.4f\n", metrics["Accuracy"], metrics["Loss"]);
   }
   if (!a.checkpoint.empty()) {
     train::save_training_state(a.checkpoint, model, run_keys);
     std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
   }
+  if (!guard->stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", guard->stop_reason().c_str());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double samples_per_second =
       static_cast<double>(history->steps_ * a.batch_size) / std::max(train_seconds, 1e-9);
@@ -225,12 +274,36 @@ int run_train(const TrainArgs& a) {
     j["data"] = a.data;
     j["mixprec_version"] = MIXPREC_VERSION;
     j["cpu_features"] = describe(cpu_features());
+    j["epoch_metrics"] = history->epoch_metrics;
+    j["grad_stats"] = history->grad_stats;
+    nlohmann::json events = nlohmann::json::array();
+    for (const train::OverflowRecord& r : guard->events())
+      events.push_back({{"step", r.step}, {"phase", r.event.phase}, {"cell", r.event.cell.empty() ? "(network)" : r.event.cell},
+                        {"op", r.event.op_name}, {"dtype", std::string(dtype_name(r.event.dtype))},
+                        {"input_max_abs", r.event.input_max_abs}, {"detail", r.event.detail},
+                        {"nonfinite_count", r.event.nonfinite_count}, {"loss_finite", r.loss_finite},
+                        {"loss_scale", r.loss_scale}});
+    j["overflow_events"] = events;
+    j["overflow_event_count"] = guard->event_count();
+    nlohmann::json promos = nlohmann::json::array();
+    for (const train::Promotion& p : guard->promotions())
+      promos.push_back({{"step", p.step}, {"cell", p.cell}, {"from", p.from}, {"to", p.to}});
+    j["promotions"] = promos;
+    j["warnings"] = guard->warnings();
+    j["on_overflow"] = a.on_overflow;
+    j["check_numerics"] = a.check_numerics;
+    if (!guard->stop_reason().empty()) j["stopped"] = guard->stop_reason();
+    nlohmann::json table = nlohmann::json::array();
+    for (const amp::PrecisionRow& r : precision_rows)
+      table.push_back({{"cell", r.cell}, {"type", r.type}, {"ops", r.ops}, {"compute", r.compute},
+                       {"weights", r.weights}, {"output", r.output}});
+    j["precision_table"] = table;
     std::ofstream f(a.report);
     MIXPREC_CHECK(f.good(), "--report: cannot open '", a.report, "' for writing");
     f << j.dump(2) << "\n";
     std::printf("wrote report %s\n", a.report.c_str());
   }
-  return 0;
+  return guard->stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
 }
 
 }  // namespace
@@ -277,6 +350,16 @@ Command register_train(CLI::App& app) {
   cmd->add_option("--trace", a->trace, "Write a per-step CSV (step, epoch, loss, scale, skipped, overflow, lr)");
   cmd->add_flag("--show-precision", a->show_precision, "Print what dtype each cell computes in, before training");
   cmd->add_flag("--no-eval", a->no_eval, "Skip the test-set evaluation");
+  cmd->add_flag("!--no-eval-every-epoch", a->eval_every_epoch, "Evaluate only at the end, not after every epoch");
+  cmd->add_flag("--check-numerics", a->check_numerics,
+                "Check every op of every step for inf/NaN (slower); without it only overflowing steps are replayed");
+  cmd->add_option("--on-overflow", a->on_overflow,
+                  "warn|stop|promote: on a forward overflow or persistent skipping, warn, stop training (exit status 3), "
+                  "or switch the offending cell to fp32 and continue")
+      ->capture_default_str()->check(CLI::IsMember({"warn", "stop", "promote"}));
+  cmd->add_option("--grad-stats", a->grad_stats_every, "Gradient statistics every N steps (0: off)")->capture_default_str();
+  cmd->add_option("--max-skip-rate", a->max_skip_rate, "Warn when more than this share of steps is skipped after warm-up")
+      ->capture_default_str();
   cmd->add_option("--print-every", a->print_every, "Progress line every N steps (when not a terminal)")->capture_default_str();
   return {cmd, [a] { return run_train(*a); }};
 }

@@ -35,9 +35,14 @@ void check_backward(const Node& n, const std::vector<Tensor>& grads_out, const s
     double in_max = 0.0;
     for (const Tensor& g : grads_out) in_max = std::max(in_max, summarize_finite(g).max_abs);
     const std::string which = n.next[i].leaf ? " (a parameter)" : "";
-    check.record(NonFiniteEvent{static_cast<OpId>(n.op), std::string(n.name), n.cell_path, "backward",
-                                "gradient w.r.t. input " + std::to_string(i) + which, grads_in[i].dtype(), in_max,
-                                f.nonfinite, f.has_nan});
+    // A cast is where a gradient enters a narrower dtype; name the cell that produced its input.
+    const bool cast = static_cast<OpId>(n.op) == OpId::cast;
+    const std::string cell = cast && n.next[i].fn ? n.next[i].fn->cell_path : n.cell_path;
+    const std::string detail = cast ? "gradient cast to " + std::string(dtype_name(grads_in[i].dtype())) +
+                                          (n.next[i].fn ? " at the output of " + std::string(n.next[i].fn->name) : "")
+                                    : "gradient w.r.t. input " + std::to_string(i) + which;
+    check.record(NonFiniteEvent{static_cast<OpId>(n.op), std::string(n.name), cell, "backward", detail,
+                                grads_in[i].dtype(), in_max, f.nonfinite, f.has_nan});
     return;
   }
 }

@@ -1,0 +1,99 @@
+// OverflowGuard: see include/mixprec/train/guard.h.
+#include "mixprec/train/guard.h"
+
+#include <cstdio>
+
+#include "mixprec/error.h"
+#include "mixprec/train/model.h"
+
+namespace mixprec::train {
+
+OnOverflow parse_on_overflow(std::string_view s) {
+  if (s == "warn") return OnOverflow::warn;
+  if (s == "stop") return OnOverflow::stop;
+  if (s == "promote") return OnOverflow::promote;
+  MIXPREC_CHECK(false, "--on-overflow: unknown value '", s, "'; valid: warn, stop, promote");
+  return OnOverflow::warn;
+}
+
+std::string describe(const NonFiniteEvent& e) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "; max |input| %.4g; %lld non-finite %s values%s", e.input_max_abs,
+                static_cast<long long>(e.nonfinite_count), std::string(dtype_name(e.dtype)).c_str(),
+                e.has_nan ? " (NaN among them)" : "");
+  return e.phase + " " + e.op_name + " in " + (e.cell.empty() ? "(network)" : e.cell) + ": " + e.detail + buf;
+}
+
+OverflowGuard::OverflowGuard(GuardOptions options) : options_(options) {
+  MIXPREC_CHECK(options.window >= 1 && options.max_skip_rate >= 0 && options.max_skip_rate <= 1,
+                "OverflowGuard: expected window >= 1 and max_skip_rate in [0, 1]");
+}
+
+void OverflowGuard::warn(const std::string& w) {
+  if (warnings_.size() < 100) warnings_.push_back(w);
+  if (options_.print) std::fprintf(stderr, "mixprec: warning: %s\n", w.c_str());
+}
+
+void OverflowGuard::act(RunContext& ctx, const OverflowRecord& r, const std::string& why) {
+  if (options_.action == OnOverflow::stop) {
+    stop_reason_ = "stopped at step " + std::to_string(r.step) + ": " + why + " (" + describe(r.event) + ")";
+    ctx.stop_requested = true;
+    return;
+  }
+  if (options_.action != OnOverflow::promote || !ctx.model) return;
+  const std::string& path = r.event.cell;
+  for (auto& [name, cell] : ctx.model->network().cells_and_names()) {
+    if (name != path) continue;
+    if (cell->float_dtype() == DType::f32) return;  // already promoted: nothing more to do here
+    const std::string from = cell->float_dtype() ? std::string(dtype_name(*cell->float_dtype())) : "amp level";
+    cell->to_float(DType::f32);
+    promotions_.push_back({r.step, path.empty() ? "(network)" : path, from, "f32"});
+    warn("promoted cell '" + (path.empty() ? std::string("(network)") : path) + "' (" + cell->type_name() +
+         ") to fp32 at step " + std::to_string(r.step) + " after: " + why);
+    return;
+  }
+}
+
+void OverflowGuard::on_step_end(RunContext& ctx) {
+  const amp::StepInfo& s = ctx.step;
+  recent_.push_back(s.skipped);
+  skips_in_window_ += s.skipped;
+  if (static_cast<int64_t>(recent_.size()) > options_.window) {
+    skips_in_window_ -= recent_.front();
+    recent_.pop_front();
+  }
+  std::optional<OverflowRecord> rec;
+  if (s.event) {
+    rec = OverflowRecord{ctx.global_step, *s.event, s.loss_finite, s.loss_scale};
+    ++event_count_;
+    if (events_.size() < options_.max_events) events_.push_back(*rec);
+    if (options_.print && event_count_ <= 10)
+      std::fprintf(stderr, "mixprec: overflow at step %lld (scale %g): %s\n", static_cast<long long>(ctx.global_step),
+                   s.loss_scale, describe(*s.event).c_str());
+  }
+  if (!s.loss_finite && nonfinite_loss_warnings_++ < 5)
+    warn("the loss is not finite at step " + std::to_string(ctx.global_step) +
+         ": NaN/inf already in the forward pass, which no loss scale can fix" +
+         (s.event ? " (first: " + describe(*s.event) + ")" : ""));
+  if (s.loss_scale < 1.0 && !scale_below_one_warned_) {
+    scale_below_one_warned_ = true;
+    warn("the loss scale fell below 1 (" + std::to_string(s.loss_scale) +
+         "): the gradients overflow even unscaled; look at the overflow events");
+  }
+  const bool past_warmup = ctx.global_step > options_.warmup_steps;
+  const double rate = static_cast<double>(skips_in_window_) / static_cast<double>(recent_.size());
+  const bool rate_tripped = past_warmup && static_cast<int64_t>(recent_.size()) == options_.window &&
+                            rate > options_.max_skip_rate;
+  if (rate_tripped && ctx.global_step - last_rate_warning_ >= options_.window) {
+    last_rate_warning_ = ctx.global_step;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.1f%% of the last %lld steps were skipped", 100.0 * rate,
+                  static_cast<long long>(options_.window));
+    warn(std::string(buf) + " (after " + std::to_string(options_.warmup_steps) + " warm-up steps)");
+  }
+  if (!rec) return;
+  if (rec->event.phase == "forward") act(ctx, *rec, "activations overflow in the forward pass");
+  else if (rate_tripped) act(ctx, *rec, "persistent gradient overflow");
+}
+
+}  // namespace mixprec::train
