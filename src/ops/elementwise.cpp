@@ -115,20 +115,36 @@ Tensor binary_op(OpId id, const Tensor& a0, const Tensor& b0, Fwd fwd, Bwd bwd) 
   return finish(id, p, out, dt);
 }
 
+// What a unary op's derivative reads: nothing (a constant), x, the output y, or both. Only
+// that is saved for backward, so e.g. relu keeps its output alive, never its input.
+enum class Needs { none, x, y, xy };
+
 // Unary op: out = f(x); backward g * f'(x, out) in one elementwise pass.
 template <class Fwd, class Dfdx>
-Tensor unary_op(OpId id, const Tensor& x0, Fwd fwd, Dfdx dfdx) {
+Tensor unary_op(OpId id, const Tensor& x0, Fwd fwd, Dfdx dfdx, Needs needs) {
   Prepared p = autocast_inputs(id, {x0});
   const Tensor& x = p.in[0];
   check_floating(op_name(id), x, "input");
   Tensor out = map1(x, x.dtype(), fwd);
   if (graph::needs_grad({&x})) {
-    SavedTensor sx(x), so(out.detach());
+    const bool nx = needs == Needs::x || needs == Needs::xy, ny = needs == Needs::y || needs == Needs::xy;
+    SavedTensor sx(nx ? x : Tensor()), so(ny ? out.detach() : Tensor());
     record(id, {x}, out, [=](const std::vector<Tensor>& g) {
       const std::string_view n = op_name(id);
-      const Tensor xs = sx.unpack(n), os = so.unpack(n);
-      return std::vector<Tensor>{
-          map3(g[0], xs, os, g[0].dtype(), [dfdx](auto gi, auto xi, auto yi) { return gi * dfdx(xi, yi); }, n)};
+      const Tensor& gi = g[0];
+      const DType dt = gi.dtype();
+      switch (needs) {
+        case Needs::none:
+          return std::vector<Tensor>{map1(gi, dt, [dfdx](auto v) { return v * dfdx(decltype(v)(0), decltype(v)(0)); })};
+        case Needs::x:
+          return std::vector<Tensor>{map2(gi, sx.unpack(n), dt, [dfdx](auto v, auto xi) { return v * dfdx(xi, xi); }, n)};
+        case Needs::y:
+          return std::vector<Tensor>{map2(gi, so.unpack(n), dt, [dfdx](auto v, auto yi) { return v * dfdx(yi, yi); }, n)};
+        case Needs::xy:
+          break;
+      }
+      return std::vector<Tensor>{map3(gi, sx.unpack(n), so.unpack(n), dt,
+                                      [dfdx](auto v, auto xi, auto yi) { return v * dfdx(xi, yi); }, n)};
     });
   }
   return finish(id, p, out, x.dtype());
@@ -205,12 +221,12 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& x, double c) {
   return unary_op(OpId::add_scalar, x, [c](auto v) { return v + static_cast<decltype(v)>(c); },
-                  [](auto xi, auto) { return decltype(xi)(1); });
+                  [](auto xi, auto) { return decltype(xi)(1); }, Needs::none);
 }
 
 Tensor mul(const Tensor& x, double c) {
   return unary_op(OpId::mul_scalar, x, [c](auto v) { return v * static_cast<decltype(v)>(c); },
-                  [c](auto xi, auto) { return static_cast<decltype(xi)>(c); });
+                  [c](auto xi, auto) { return static_cast<decltype(xi)>(c); }, Needs::none);
 }
 
 Tensor pow(const Tensor& x, double e) {
@@ -218,33 +234,33 @@ Tensor pow(const Tensor& x, double e) {
                   [e](auto xi, auto) {
                     using C = decltype(xi);
                     return e == 0 ? C(0) : static_cast<C>(e) * std::pow(xi, static_cast<C>(e - 1));
-                  });
+                  }, Needs::x);
 }
 
 // ---------------------------------------------------------------- unary math
 
 Tensor neg(const Tensor& x) {
-  return unary_op(OpId::neg, x, [](auto v) { return -v; }, [](auto xi, auto) { return decltype(xi)(-1); });
+  return unary_op(OpId::neg, x, [](auto v) { return -v; }, [](auto xi, auto) { return decltype(xi)(-1); }, Needs::none);
 }
 Tensor exp(const Tensor& x) {
-  return unary_op(OpId::exp, x, [](auto v) { return std::exp(v); }, [](auto, auto y) { return y; });
+  return unary_op(OpId::exp, x, [](auto v) { return std::exp(v); }, [](auto, auto y) { return y; }, Needs::y);
 }
 Tensor log(const Tensor& x) {
-  return unary_op(OpId::log, x, [](auto v) { return std::log(v); }, [](auto xi, auto) { return 1 / xi; });
+  return unary_op(OpId::log, x, [](auto v) { return std::log(v); }, [](auto xi, auto) { return 1 / xi; }, Needs::x);
 }
 Tensor sqrt(const Tensor& x) {
   return unary_op(OpId::sqrt, x, [](auto v) { return std::sqrt(v); },
-                  [](auto, auto y) { return decltype(y)(0.5) / y; });
+                  [](auto, auto y) { return decltype(y)(0.5) / y; }, Needs::y);
 }
 Tensor rsqrt(const Tensor& x) {
   return unary_op(OpId::rsqrt, x, [](auto v) { return 1 / std::sqrt(v); },
-                  [](auto xi, auto y) { return decltype(y)(-0.5) * y / xi; });
+                  [](auto xi, auto y) { return decltype(y)(-0.5) * y / xi; }, Needs::xy);
 }
 Tensor abs(const Tensor& x) {
   return unary_op(OpId::abs, x, [](auto v) { return std::abs(v); }, [](auto xi, auto) {
     using C = decltype(xi);
     return xi > 0 ? C(1) : (xi < 0 ? C(-1) : C(0));
-  });
+  }, Needs::x);
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
@@ -258,7 +274,7 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
                   [l, h](auto xi, auto) {
                     using C = decltype(xi);
                     return (xi >= static_cast<C>(l) && xi <= static_cast<C>(h)) ? C(1) : C(0);
-                  });
+                  }, Needs::x);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
@@ -312,13 +328,13 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
 // NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
 Tensor relu(const Tensor& x) {
   return unary_op(OpId::relu, x, [](auto v) { return v > 0 || v != v ? v : decltype(v)(0); },
-                  [](auto, auto y) { return y > 0 ? decltype(y)(1) : decltype(y)(0); });
+                  [](auto, auto y) { return y > 0 ? decltype(y)(1) : decltype(y)(0); }, Needs::y);
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
   return unary_op(OpId::leaky_relu, x,
                   [slope](auto v) { return v > 0 ? v : v * static_cast<decltype(v)>(slope); },
-                  [slope](auto xi, auto) { return xi > 0 ? decltype(xi)(1) : static_cast<decltype(xi)>(slope); });
+                  [slope](auto xi, auto) { return xi > 0 ? decltype(xi)(1) : static_cast<decltype(xi)>(slope); }, Needs::x);
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approx) {
@@ -334,7 +350,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approx) {
                       const C k = static_cast<C>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
                       const C t = std::tanh(k * (v + C(0.044715) * v * v * v));
                       return C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * v * v);
-                    });
+                    }, Needs::x);
   }
   return unary_op(OpId::gelu, x,
                   [](auto v) {
@@ -346,16 +362,16 @@ Tensor gelu(const Tensor& x, GeluApproximation approx) {
                     const C cdf = C(0.5) * (C(1) + std::erf(v * static_cast<C>(1 / std::numbers::sqrt2)));
                     const C pdf = std::exp(C(-0.5) * v * v) * static_cast<C>(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
                     return cdf + v * pdf;
-                  });
+                  }, Needs::x);
 }
 
 Tensor sigmoid(const Tensor& x) {
   return unary_op(OpId::sigmoid, x, [](auto v) { return 1 / (1 + std::exp(-v)); },
-                  [](auto, auto y) { return y * (1 - y); });
+                  [](auto, auto y) { return y * (1 - y); }, Needs::y);
 }
 
 Tensor tanh(const Tensor& x) {
-  return unary_op(OpId::tanh, x, [](auto v) { return std::tanh(v); }, [](auto, auto y) { return 1 - y * y; });
+  return unary_op(OpId::tanh, x, [](auto v) { return std::tanh(v); }, [](auto, auto y) { return 1 - y * y; }, Needs::y);
 }
 
 Tensor silu(const Tensor& x) {
@@ -363,7 +379,7 @@ Tensor silu(const Tensor& x) {
                   [](auto v, auto) {
                     const auto s = 1 / (1 + std::exp(-v));
                     return s * (1 + v * (1 - s));
-                  });
+                  }, Needs::x);
 }
 
 }  // namespace mixprec::ops
