@@ -45,7 +45,8 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, Conv2dOptions 
     MIXPREC_CHECK(o.padding == (std::array<int64_t, 4>{0, 0, 0, 0}), "Conv2d: padding is only "
                   "used with pad_mode=pad", Hint{"set .pad_mode = PadMode::pad"});
   op_ = ops::Conv2dOptions{.stride = o.stride, .pad_mode = o.pad_mode, .padding = o.padding,
-                           .dilation = o.dilation, .groups = o.group, .activation = o.activation};
+                           .dilation = o.dilation, .groups = o.group, .activation = o.activation,
+                           .output_format = o.memory_format};
   const Shape wshape{out, in / o.group, k[0], k[1]};
   weight = register_parameter("weight", init::initialize(o.weight_init, wshape));
   if (o.has_bias) {

@@ -6,8 +6,11 @@
 
 namespace mixprec::nn {
 
+// conv1's output is kept contiguous (NCHW): Flatten then views it for free.
 SimpleNet::SimpleNet()
-    : conv1(1, 32, 3, {.pad_mode = PadMode::valid, .weight_init = init::Normal(0.02)}), fc(32 * 26 * 26, 10) {
+    : conv1(1, 32, 3, {.pad_mode = PadMode::valid, .weight_init = init::Normal(0.02),
+                       .memory_format = ops::MemoryFormat::contiguous}),
+      fc(32 * 26 * 26, 10) {
   register_cell("conv1", conv1);
   register_cell("relu", relu);
   register_cell("flatten", flatten);

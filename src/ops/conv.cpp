@@ -5,6 +5,7 @@
 // f16 convolutions give f32 weight and bias gradients).
 #include <span>
 
+#include "conv_im2col.h"
 #include "conv_problem.h"
 #include "dispatch.h"
 #include "image_layout.h"
@@ -106,6 +107,7 @@ std::string accepts_weights(const ConvBwdWeightsProblem&) { return ""; }
 
 constexpr auto cpu = Device::Type::cpu;
 const Impl<ConvFwdProblem> kFwd[] = {
+    {"im2col_gemm", cpu, im2col_fwd_declines, im2col_fwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_fwd_declines, onednn::conv_fwd},
     {"f16_via_f32", cpu, onednn::conv_fwd_f16_declines, onednn::conv_fwd_f16},
@@ -113,6 +115,7 @@ const Impl<ConvFwdProblem> kFwd[] = {
     {"ref", cpu, accepts, ref::conv_fwd},
 };
 const Impl<ConvBwdDataProblem> kBwdData[] = {
+    {"im2col_gemm", cpu, im2col_bwd_data_declines, im2col_bwd_data},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_bwd_data_declines, onednn::conv_bwd_data},
     {"f16_via_f32", cpu, onednn::conv_bwd_data_f16_declines, onednn::conv_bwd_data_f16},
@@ -120,6 +123,7 @@ const Impl<ConvBwdDataProblem> kBwdData[] = {
     {"ref", cpu, accepts_data, ref::conv_bwd_data},
 };
 const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
+    {"im2col_gemm", cpu, im2col_bwd_weights_declines, im2col_bwd_weights},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_bwd_weights_declines, onednn::conv_bwd_weights},
     {"f16_via_f32", cpu, onednn::conv_bwd_weights_f16_declines, onednn::conv_bwd_weights_f16},
@@ -199,7 +203,9 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
                 "], got shape ", shape_str(b.shape()));
   MIXPREC_CHECK(o.activation == Activation::none || o.activation == Activation::relu,
                 "conv2d: unsupported fused activation");
-  const ImageLayout layout = layout_of(x);
+  // Channels-last by default: the layout oneDNN's fast CPU kernels (and ours) take without
+  // reorders, which the ops downstream keep. Contiguous on request (before a Flatten).
+  const ImageLayout layout = o.output_format == MemoryFormat::contiguous ? ImageLayout::nchw : ImageLayout::nhwc;
   ConvFwdProblem p{to_image(x, layout),
                    to_image(w, ImageLayout::nchw),
                    b.defined() ? b.detach().contiguous() : Tensor(),

@@ -241,4 +241,15 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
   return finish(OpId::linear, p, y, dt, 2 * y.numel() * w.size(-1));
 }
 
+namespace detail {
+
+void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b, const Tensor& bias, bool relu,
+               const Tensor& out) {
+  MatmulProblem p{as_operand(a), as_operand(b), bias, out, relu};
+  // The GEMM inside another kernel takes the best implementation, whatever the caller forced.
+  ForceImpl unforced("");
+  dispatch<MatmulProblem>(op, phase, kMatmulImpls, p);
+}
+
+}  // namespace detail
 }  // namespace mixprec::ops

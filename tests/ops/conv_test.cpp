@@ -105,7 +105,6 @@ bool onednn_computes(DType d) {
   return false;
 #endif
 }
-const char* fast_impl(DType d) { return d == DType::f16 ? "f16_via_f32" : "onednn"; }
 
 ::testing::AssertionResult runs_close(const ConvRun& a, const ConvRun& b, testing::Tolerance tol,
                                       testing::Tolerance grad_tol) {
@@ -230,14 +229,16 @@ TEST(Conv2d, OnlySomeInputsRequireGrad) {
 
 // ---------------------------------------------------------------- fast kernels vs reference
 
-TEST(Conv2d, OneDnnMatchesReference) {
+// The implementation dispatch picks by default (oneDNN, im2col + oneDNN GEMM for small
+// reductions, or f16 via f32) against the reference.
+TEST(Conv2d, FastPathsMatchReference) {
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     if (!onednn_computes(d)) GTEST_SKIP() << "no oneDNN kernels for " << dtype_name(d);
     const testing::Tolerance tol =
         d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
     for (const ConvCase& c : cases()) {
       const V in = case_inputs(c, 41, d);
-      const ConvRun fast = run_conv(in, c.o, fast_impl(d));
+      const ConvRun fast = run_conv(in, c.o, "");
       const ConvRun ref = run_conv(in, c.o, "ref");
       // Weight gradients sum N*oh*ow products in f32 in different orders: looser for 16-bit
       // inputs only because the summed values are larger.
@@ -285,13 +286,46 @@ TEST(Conv2d, ChannelsLastInputGivesChannelsLastOutputAndSameValues) {
   }
 }
 
-TEST(Conv2d, SingleChannelInputBuiltChannelsLastStaysChannelsLast) {
-  // [N, 1, H, W] is ambiguous; built from NHWC data it counts as channels-last.
+TEST(Conv2d, OutputsAreChannelsLastWhateverTheInputLayout) {
   const Tensor x = random({2, 6, 6, 1}, 62, DType::f32).permute({0, 3, 1, 2});
   const Tensor w = random({4, 1, 3, 3}, 63, DType::f32);
   EXPECT_TRUE(strides_are_nhwc(ops::conv2d(x, w)));
-  EXPECT_FALSE(strides_are_nhwc(ops::conv2d(x.clone(), w)));
+  EXPECT_TRUE(strides_are_nhwc(ops::conv2d(x.clone(), w)));
   EXPECT_TRUE(all_close(ops::conv2d(x, w), ops::conv2d(x.clone(), w)));
+  const Tensor x3 = random({2, 3, 6, 6}, 64, DType::f32);  // NCHW with 3 channels
+  const Tensor w3 = random({4, 3, 3, 3}, 65, DType::f32);
+  EXPECT_TRUE(strides_are_nhwc(ops::conv2d(x3, w3)));
+}
+
+TEST(Conv2d, Im2colGemmMatchesReferenceForSmallReductions) {
+  // The first layers of the zoo (1 input channel), forced onto the im2col path, every dtype.
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (const ops::Conv2dOptions& o :
+         {ops::Conv2dOptions{}, ops::Conv2dOptions{.pad_mode = ops::PadMode::pad, .padding = {2, 2, 2, 2}},
+          ops::Conv2dOptions{.stride = {2, 2}, .pad_mode = ops::PadMode::same, .activation = ops::Activation::relu},
+          ops::Conv2dOptions{.output_format = ops::MemoryFormat::contiguous},
+          ops::Conv2dOptions{.stride = {2, 2}, .pad_mode = ops::PadMode::same, .activation = ops::Activation::relu,
+                             .output_format = ops::MemoryFormat::contiguous}}) {
+      const Tensor x = random({3, 1, 12, 12}, 66, d).set_requires_grad(true);
+      const Tensor w = random({8, 1, 5, 5}, 67, DType::f32).astype(d).set_requires_grad(true);
+      const Tensor b = random({8}, 68, DType::f32).astype(d).set_requires_grad(true);
+      auto run = [&](const char* impl) {
+        ops::ForceImpl force(impl);
+        Tensor y = ops::conv2d(x, w, b, o);
+        auto g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), 69, DType::f32))), {x, w, b});
+        return std::pair{y, g};
+      };
+      const auto [yi, gi] = run("im2col_gemm");
+      const auto [yr, gr] = run("ref");
+      EXPECT_EQ(yi.is_contiguous(), o.output_format == ops::MemoryFormat::contiguous);
+      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+      EXPECT_TRUE(all_close(yi, yr, tol)) << dtype_name(d);
+      EXPECT_TRUE(all_close(gi[0], gr[0], tol)) << dtype_name(d) << " dx";
+      EXPECT_TRUE(all_close(gi[1], gr[1], {1e-4, 1e-4})) << dtype_name(d) << " dw";
+      EXPECT_TRUE(all_close(gi[2], gr[2], {1e-4, 1e-4})) << dtype_name(d) << " db";
+      EXPECT_EQ(gi[1].dtype(), w.dtype());
+    }
+  }
 }
 
 TEST(Conv2d, NonContiguousInput) {

@@ -59,6 +59,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               Activation activation = Activation::none);
 
 enum class PadMode { valid, same, pad };
+// Memory layout of an image tensor's [N, C, H, W] elements. Channels-last is what the fast CPU
+// kernels take; contiguous (NCHW) makes a following Flatten a free view.
+enum class MemoryFormat { channels_last, contiguous };
 struct Conv2dOptions {
   std::array<int64_t, 2> stride{1, 1};
   PadMode pad_mode = PadMode::valid;
@@ -66,9 +69,11 @@ struct Conv2dOptions {
   std::array<int64_t, 2> dilation{1, 1};
   int64_t groups = 1;
   Activation activation = Activation::none;
+  MemoryFormat output_format = MemoryFormat::channels_last;
 };
 // x [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], bias [Cout] or undefined.
 // PadMode::same pads so that out = ceil(in / stride), the extra row/column at the bottom/right.
+// The output is channels-last unless options.output_format says contiguous; x may be either.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               const Conv2dOptions& options = {});
 
