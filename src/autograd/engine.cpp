@@ -87,6 +87,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     if (!g.defined()) return;
     const std::shared_ptr<AutogradMeta>& leaf = e.leaf;
     if (g.dtype() != e.leaf_dtype) g = g.astype(e.leaf_dtype);
+    if (!g.is_contiguous()) g = g.contiguous();  // e.g. a stride-0 view from a sum's backward
     if (options.capture) {
       auto it = capture_index.find(leaf.get());
       if (it != capture_index.end()) captured[it->second] = accumulate(captured[it->second], g);

@@ -39,9 +39,29 @@ Layout coalesce(const Shape& shape, const Strides& ss, const Strides& ds) {
   return l;
 }
 
+template <class E>
+void copy_typed(const char* s, int64_t s_stride, char* d, int64_t d_stride, int64_t n) {
+  const E* sp = reinterpret_cast<const E*>(s);
+  E* dp = reinterpret_cast<E*>(d);
+  if (s_stride == 0) {
+    const E v = *sp;
+    for (int64_t i = 0; i < n; ++i) dp[i * d_stride] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) dp[i * d_stride] = sp[i * s_stride];
+  }
+}
+
+// Element copies by size (typed loads and stores, not a memcpy call per element).
 void copy_elems(const char* s, int64_t s_stride, char* d, int64_t d_stride, int64_t n, size_t es) {
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(d + i * d_stride * static_cast<int64_t>(es), s + i * s_stride * static_cast<int64_t>(es), es);
+  switch (es) {
+    case 1: return copy_typed<uint8_t>(s, s_stride, d, d_stride, n);
+    case 2: return copy_typed<uint16_t>(s, s_stride, d, d_stride, n);
+    case 4: return copy_typed<uint32_t>(s, s_stride, d, d_stride, n);
+    case 8: return copy_typed<uint64_t>(s, s_stride, d, d_stride, n);
+    default:
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(d + i * d_stride * static_cast<int64_t>(es), s + i * s_stride * static_cast<int64_t>(es), es);
+  }
 }
 
 void copy_run(const char* s, DType sdt, int64_t s_stride, char* d, DType ddt, int64_t d_stride,

@@ -128,10 +128,10 @@ void im2col_fwd(const ConvFwdProblem& p) {
   if (nchw(p.y)) {  // y_n = W P_n: one batched GEMM, then bias and relu in one pass
     const Tensor P = im2col_nchw(p.x, g);
     const Tensor w3 = w2.reshape({1, g.cout, reduction(g)});
-    if (!p.b.defined() && !p.relu) {
+    if (!p.b.defined()) {  // relu (if any) fused into the GEMM as a post-op
       const Tensor y3 = Tensor::from_storage(p.y.storage(), {g.n, g.cout, g.oh * g.ow},
                                              {g.cout * g.oh * g.ow, g.oh * g.ow, 1}, p.y.offset(), p.y.dtype());
-      gemm_into(OpId::conv2d, "forward(im2col)", w3, P, {}, false, y3);
+      gemm_into(OpId::conv2d, "forward(im2col)", w3, P, {}, p.relu, y3);
       return;
     }
     // Bias and relu after the GEMM: accumulate in f32 so the output is rounded once.

@@ -50,10 +50,31 @@ void load_chunk(const char* p, DType dt, int64_t stride, int64_t n, C* dst) {
   }
 }
 
+// All operands dense in the same layout and already in the compute type: one flat loop.
+template <class C, size_t N, class F>
+bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) {
+  constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
+  if (out.dtype() != cdt) return false;
+  for (const Tensor* t : ins)
+    if (t->dtype() != cdt || t->shape() != out.shape() || t->strides() != out.strides()) return false;
+  const int64_t n = out.numel();
+  C* o = static_cast<C*>(out.data_ptr());
+  std::array<const C*, N> in;
+  for (size_t k = 0; k < N; ++k) in[k] = static_cast<const C*>(ins[k]->data_ptr());
+#pragma omp parallel for schedule(static) if (n >= 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (N == 1) o[i] = f(in[0][i]);
+    else if constexpr (N == 2) o[i] = f(in[0][i], in[1][i]);
+    else o[i] = f(in[0][i], in[1][i], in[2][i]);
+  }
+  return true;
+}
+
 template <class C, size_t N, class F>
 void run_elementwise(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f) {
   const int64_t numel = out.numel();
   if (numel == 0) return;
+  if (run_flat<C, N>(out, ins, f)) return;
   IterLayout l;
   if constexpr (N == 1) l = make_iter_layout(out.shape(), out, {ins[0]});
   else if constexpr (N == 2) l = make_iter_layout(out.shape(), out, {ins[0], ins[1]});

@@ -174,8 +174,10 @@ Tensor max_backward(const Tensor& g, const Tensor& index, const ReducePlan& p, c
   return gx;
 }
 
+// The gradient of a sum/mean: g broadcast back over the reduced dims, as a stride-0 view (no
+// copy: consumers read it through their strides; the engine packs leaf gradients).
 Tensor expand_back(const Tensor& g, const ReducePlan& p, const Shape& x_shape) {
-  return contiguous(broadcast_to(reshape(g, p.keep_shape), x_shape));
+  return broadcast_to(reshape(g, p.keep_shape), x_shape);
 }
 
 Tensor finish_keepdims(const Tensor& out, const ReducePlan& p, bool keepdims) {
