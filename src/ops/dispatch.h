@@ -43,6 +43,11 @@ std::string_view forced_impl();
 void log_dispatch(OpId op, std::string_view phase, std::string_view chosen,
                   const std::string& problem, const std::string& declined);
 
+// MIXPREC_PROFILE=1: time spent per (op, phase, implementation), printed at exit.
+bool profiling();
+void profile_add(std::string_view op, std::string_view phase, std::string_view impl, double seconds);
+double profile_now();
+
 template <class Problem>
 void dispatch(OpId op, std::string_view phase, std::span<const Impl<Problem>> impls,
               const Problem& p) {
@@ -56,7 +61,13 @@ void dispatch(OpId op, std::string_view phase, std::span<const Impl<Problem>> im
     else reason = impl.declines(p);
     if (reason.empty()) {
       if (verbose) log_dispatch(op, phase, impl.name, p.describe(), declined);
-      impl.run(p);
+      if (profiling()) {
+        const double t0 = profile_now();
+        impl.run(p);
+        profile_add(op_name(op), phase, impl.name, profile_now() - t0);
+      } else {
+        impl.run(p);
+      }
       return;
     }
     if (verbose) declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " + reason;

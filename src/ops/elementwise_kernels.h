@@ -12,6 +12,7 @@
 
 #include "mixprec/convert.h"
 #include "mixprec/tensor.h"
+#include "dispatch.h"
 #include "op_common.h"
 
 namespace mixprec::ops::detail {
@@ -71,7 +72,19 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
 }
 
 template <class C, size_t N, class F>
+void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f);
+
+// The elementwise engine's entry point (timed under MIXPREC_PROFILE).
+template <class C, size_t N, class F>
 void run_elementwise(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f) {
+  if (!profiling()) return run_elementwise_impl<C, N>(out, ins, f);
+  const double t0 = profile_now();
+  run_elementwise_impl<C, N>(out, ins, f);
+  profile_add("elementwise", std::to_string(N) + "-input", std::string(dtype_name(ins[0]->dtype())), profile_now() - t0);
+}
+
+template <class C, size_t N, class F>
+void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f) {
   const int64_t numel = out.numel();
   if (numel == 0) return;
   if (run_flat<C, N>(out, ins, f)) return;
