@@ -62,7 +62,7 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
   C* o = static_cast<C*>(out.data_ptr());
   std::array<const C*, N> in;
   for (size_t k = 0; k < N; ++k) in[k] = static_cast<const C*>(ins[k]->data_ptr());
-#pragma omp parallel for schedule(static) if (n >= 32768)
+#pragma omp parallel for simd schedule(static) if (n >= 32768)
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (N == 1) o[i] = f(in[0][i]);
     else if constexpr (N == 2) o[i] = f(in[0][i], in[1][i]);
@@ -127,6 +127,8 @@ void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>&
         const int64_t st = l.strides[k + 1][static_cast<size_t>(nd - 1)];
         load_chunk<C>(ibase[k] + (off[k + 1] + start * st) * ies[k], ins[k]->dtype(), st, n, buf[k]);
       }
+      // omp simd: branch-free selects (relu masks, where) instead of mispredicted jumps.
+#pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
         if constexpr (N == 1) res[i] = f(buf[0][i]);
         else if constexpr (N == 2) res[i] = f(buf[0][i], buf[1][i]);
