@@ -10,6 +10,7 @@
 #include "image_layout.h"
 #include "mixprec/version.h"
 #include "op_common.h"
+#include "pool_nhwc.h"
 #include "pool_problem.h"
 #include "ref/pool.h"
 #if MIXPREC_WITH_ONEDNN
@@ -100,6 +101,7 @@ std::string accepts_bwd(const PoolBwdProblem&) { return ""; }
 constexpr auto cpu = Device::Type::cpu;
 const Impl<PoolFwdProblem> kFwd[] = {
     {"global_avg", cpu, ref::global_avg_declines, ref::global_avg_fwd},
+    {"nhwc_max", cpu, nhwc_max_fwd_declines, nhwc_max_fwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_fwd_declines, onednn::pool_fwd},
 #endif
@@ -107,6 +109,7 @@ const Impl<PoolFwdProblem> kFwd[] = {
 };
 const Impl<PoolBwdProblem> kBwd[] = {
     {"global_avg", cpu, ref::global_avg_bwd_declines, ref::global_avg_bwd},
+    {"nhwc_max", cpu, nhwc_max_bwd_declines, nhwc_max_bwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_bwd_declines, onednn::pool_bwd},
 #endif

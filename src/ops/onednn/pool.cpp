@@ -139,7 +139,7 @@ void pool_fwd(const PoolFwdProblem& p) {
 std::string pool_bwd_declines(const PoolBwdProblem& p) {
   if (auto why = dtype_reason(p.dy.dtype()); !why.empty()) return why;
   if (auto why = geometry_reason(p.g); !why.empty()) return why;
-  if (p.g.kind == PoolKind::max && !p.workspace.defined())
+  if (p.g.kind == PoolKind::max && (!p.workspace.defined() || p.workspace.dim() != 1))
     return "no oneDNN workspace (the forward ran in another implementation)";
   return bwd_entry(p.dy.dtype(), p.g)->error;
 }

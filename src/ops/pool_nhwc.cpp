@@ -1,0 +1,127 @@
+// Channels-last max pooling (see pool_nhwc.h). Each output pixel's C channels are contiguous,
+// so the inner loop runs over channels (vectorised); images are split over threads.
+#include "pool_nhwc.h"
+
+#include <cmath>
+
+#include <algorithm>
+#include <vector>
+
+#include "mixprec/convert.h"
+#include "mixprec/dtype.h"
+
+namespace mixprec::ops::detail {
+namespace {
+
+std::string common_declines(const PoolGeometry& g, DType dt) {
+  if (g.kind != PoolKind::max) return "not max pooling";
+  if (g.adaptive) return "adaptive bins";
+  if (g.layout != ImageLayout::nhwc) return "not channels-last";
+  if (dt == DType::f64) return "f64 (the reference handles it)";
+  if (g.kh * g.kw > 255) return "window larger than 255 elements";
+  return "";
+}
+
+}  // namespace
+
+std::string nhwc_max_fwd_declines(const PoolFwdProblem& p) { return common_declines(p.g, p.x.dtype()); }
+
+void nhwc_max_fwd(const PoolFwdProblem& p) {
+  const PoolGeometry& g = p.g;
+  const int64_t C = g.c, WC = g.w * C;
+  Tensor ws;
+  if (p.workspace) ws = Tensor::empty({g.n, g.oh, g.ow, C}, {.dtype = DType::u8, .device = p.x.device()});
+  uint8_t* wb = ws.defined() ? ws.data<uint8_t>() : nullptr;
+  const char* xb = static_cast<const char*>(p.x.data_ptr());
+  char* yb = static_cast<char*>(p.y.data_ptr());
+  const DType dt = p.x.dtype();
+  const int64_t es = static_cast<int64_t>(p.x.itemsize());
+#pragma omp parallel
+  {
+    // Per thread: the window's input rows widened to f32 (vectorised converter), and the
+    // running max / argmax (argmax as f32, the same vector width, so the select vectorises).
+    std::vector<float> rows(static_cast<size_t>(g.kh * WC)), best(static_cast<size_t>(C)), arg(static_cast<size_t>(C));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        std::vector<bool> valid(static_cast<size_t>(g.kh));
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const int64_t ih = oh * g.stride_h - g.pad_t + i;
+          valid[static_cast<size_t>(i)] = ih >= 0 && ih < g.h;
+          if (valid[static_cast<size_t>(i)])
+            convert_row(xb + (n * g.h + ih) * WC * es, dt, rows.data() + i * WC, DType::f32, WC);
+        }
+        std::vector<float> out(static_cast<size_t>(g.ow * C));
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          float* bp = best.data();
+          float* ap = arg.data();
+          bool first = true;
+          for (int64_t i = 0; i < g.kh; ++i) {
+            if (!valid[static_cast<size_t>(i)]) continue;
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const int64_t iw = ow * g.stride_w - g.pad_l + j;
+              if (iw < 0 || iw >= g.w) continue;
+              const float* px = rows.data() + i * WC + iw * C;
+              const float idx = static_cast<float>(i * g.kw + j);
+              if (first) {
+                std::copy(px, px + C, bp);
+                std::fill(ap, ap + C, idx);
+                first = false;
+                continue;
+              }
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) {
+                const float v = px[c];
+                const bool take = (v > bp[c]) | ((v != v) & (bp[c] == bp[c]));  // NaN wins (no short circuit: vectorises)
+                bp[c] = take ? v : bp[c];
+                ap[c] = take ? idx : ap[c];
+              }
+            }
+          }
+          std::copy(bp, bp + C, out.data() + ow * C);
+          if (wb) {
+            uint8_t* w = wb + ((n * g.oh + oh) * g.ow + ow) * C;
+            for (int64_t c = 0; c < C; ++c) w[c] = static_cast<uint8_t>(ap[c]);
+          }
+        }
+        convert_row(out.data(), DType::f32, yb + (n * g.oh + oh) * g.ow * C * es, dt, g.ow * C);
+      }
+  }
+  if (p.workspace) *p.workspace = ws;
+}
+
+std::string nhwc_max_bwd_declines(const PoolBwdProblem& p) {
+  if (auto why = common_declines(p.g, p.dy.dtype()); !why.empty()) return why;
+  if (!p.workspace.defined() || p.workspace.dim() != 4) return "no channels-last argmax workspace";
+  return "";
+}
+
+void nhwc_max_bwd(const PoolBwdProblem& p) {
+  const PoolGeometry& g = p.g;
+  const int64_t C = g.c;
+  const bool overlap = g.stride_h < g.kh || g.stride_w < g.kw;
+  const uint8_t* wb = p.workspace.data<uint8_t>();
+  visit_float(p.dy.dtype(), [&]<class T>() {
+    const T* dyb = static_cast<const T*>(p.dy.data_ptr());
+    T* dxb = static_cast<T*>(p.dx.data_ptr());
+    std::fill(dxb, dxb + p.dx.numel(), T{});
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      std::vector<float> acc(overlap ? static_cast<size_t>(g.h * g.w * C) : 0, 0.0f);
+      for (int64_t oh = 0; oh < g.oh; ++oh)
+        for (int64_t ow = 0; ow < g.ow; ++ow) {
+          const int64_t o = ((n * g.oh + oh) * g.ow + ow) * C;
+          for (int64_t c = 0; c < C; ++c) {
+            const int64_t i = wb[o + c] / g.kw, j = wb[o + c] % g.kw;
+            const int64_t ih = oh * g.stride_h - g.pad_t + i, iw = ow * g.stride_w - g.pad_l + j;
+            if (overlap) acc[static_cast<size_t>((ih * g.w + iw) * C + c)] += static_cast<float>(load(dyb[o + c]));
+            else dxb[((n * g.h + ih) * g.w + iw) * C + c] = dyb[o + c];
+          }
+        }
+      if (overlap)
+        for (int64_t e = 0; e < g.h * g.w * C; ++e) dxb[n * g.h * g.w * C + e] = store<T>(acc[static_cast<size_t>(e)]);
+    }
+  });
+}
+
+}  // namespace mixprec::ops::detail
