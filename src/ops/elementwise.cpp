@@ -327,7 +327,7 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
 
 // NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
 Tensor relu(const Tensor& x) {
-  return unary_op(OpId::relu, x, [](auto v) { return v > 0 || v != v ? v : decltype(v)(0); },
+  return unary_op(OpId::relu, x, [](auto v) { return (v > 0) | (v != v) ? v : decltype(v)(0); },
                   [](auto, auto y) { return y > 0 ? decltype(y)(1) : decltype(y)(0); }, Needs::y);
 }
 

@@ -59,14 +59,23 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
   for (const Tensor* t : ins)
     if (t->dtype() != cdt || t->shape() != out.shape() || t->strides() != out.strides()) return false;
   const int64_t n = out.numel();
-  C* o = static_cast<C*>(out.data_ptr());
-  std::array<const C*, N> in;
-  for (size_t k = 0; k < N; ++k) in[k] = static_cast<const C*>(ins[k]->data_ptr());
-#pragma omp parallel for simd schedule(static) if (n >= 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (N == 1) o[i] = f(in[0][i]);
-    else if constexpr (N == 2) o[i] = f(in[0][i], in[1][i]);
-    else o[i] = f(in[0][i], in[1][i], in[2][i]);
+  C* const o = static_cast<C*>(out.data_ptr());
+  const C* const a = static_cast<const C*>(ins[0]->data_ptr());
+  const C* const b = N > 1 ? static_cast<const C*>(ins[1]->data_ptr()) : nullptr;
+  const C* const c = N > 2 ? static_cast<const C*>(ins[2]->data_ptr()) : nullptr;
+#pragma omp parallel if (n >= 32768)
+  {
+    // Thread-local restrict copies of the pointers, so the vectoriser sees no aliasing.
+    C* __restrict op = o;
+    const C* __restrict ap = a;
+    const C* __restrict bp = b;
+    const C* __restrict cp = c;
+#pragma omp for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (N == 1) op[i] = f(ap[i]);
+      else if constexpr (N == 2) op[i] = f(ap[i], bp[i]);
+      else op[i] = f(ap[i], bp[i], cp[i]);
+    }
   }
   return true;
 }
