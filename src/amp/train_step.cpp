@@ -35,11 +35,13 @@ class CastWithLossCell : public nn::Cell {
   nn::Cell& loss_;
 };
 
-double global_norm(const std::vector<Tensor>& grads) {
+// Global L2 norm of the gradients times `scale` (the unscaling is applied before squaring, so a
+// large loss scale cannot overflow the sum of squares).
+double global_norm(const std::vector<Tensor>& grads, double scale) {
   double sq = 0.0;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
-    const Tensor g32 = g.astype(DType::f32);
+    const Tensor g32 = ops::mul(g.astype(DType::f32), scale);
     const double n = ops::sum(ops::mul(g32, g32)).item();
     sq += n;
   }
@@ -141,14 +143,17 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
     micro_ = 0;
   }
 
-  // One pass: unscale (by the scale times the number of micro-batches) and check.
-  bool finite = unscale_and_check(grads, scale * options_.accumulation_steps);
+  // One read-only pass checks for inf/NaN; the unscaling (by the scale times the number of
+  // micro-batches, 1/x computed in f64) happens inside the optimizer's fused update pass.
+  const double divisor = scale * options_.accumulation_steps;
+  double grad_scale = 1.0 / divisor;
+  bool finite = all_finite(grads);
   const bool loss_finite = std::isfinite(loss_value);
   double norm = -1.0;
   if (finite && options_.max_grad_norm > 0) {
-    norm = global_norm(grads);
+    norm = global_norm(grads, 1.0 / divisor);
     if (!std::isfinite(norm)) finite = false;
-    else if (norm > options_.max_grad_norm) unscale_and_check(grads, norm / options_.max_grad_norm);
+    else if (norm > options_.max_grad_norm) grad_scale *= options_.max_grad_norm / norm;
   }
   const bool overflow = !finite || !loss_finite;
   const bool skip = overflow && (manager_ ? manager_->get_drop_overflow_update() : false);
@@ -162,7 +167,8 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   if (options_.grad_stats_every > 0 && finite && attempted_ % options_.grad_stats_every == 0)
     for (size_t i = 0; i < grads.size(); ++i)
       if (grads[i].defined())
-        last_.grad_stats.push_back(gradient_stats(i < param_names_.size() ? param_names_[i] : "param" + std::to_string(i), grads[i]));
+        last_.grad_stats.push_back(gradient_stats(i < param_names_.size() ? param_names_[i] : "param" + std::to_string(i),
+                                                  grads[i], 1.0 / divisor));
   if (!skip) {
     if (overflow)
       std::fprintf(stderr, "mixprec: warning: step %lld applied an update with non-finite gradients "
@@ -170,7 +176,7 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
     const std::vector<Tensor>& params = optimizer_.parameters();
     for (size_t i = 0; i < grads.size(); ++i)
       if (!grads[i].defined()) grads[i] = zeros(params[i].shape());
-    optimizer_.step(grads);
+    optimizer_.step(grads, grad_scale);
   } else {
     ++skipped_;
   }
@@ -178,10 +184,11 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   return full({}, loss_value);
 }
 
-GradStats gradient_stats(const std::string& name, const Tensor& grad) {
+GradStats gradient_stats(const std::string& name, const Tensor& grad, double scale) {
   GradStats st;
   st.param = name;
-  const Tensor g = grad.astype(DType::f32).contiguous();
+  Tensor g = grad.astype(DType::f32).contiguous();
+  if (scale != 1.0) g = ops::mul(g, scale);  // statistics of the unscaled gradient
   const float* p = g.data<float>();
   const int64_t n = g.numel();
   int64_t under = 0, zero = 0;

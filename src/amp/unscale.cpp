@@ -24,10 +24,14 @@ bool scale_f32(float* p, int64_t n, float inv, bool do_scale) {
   for (int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
     const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
     int local = 0;
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = do_scale ? p[i] * inv : p[i];
-      local |= !finite_bits(v);
-      p[i] = v;
+    if (do_scale) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float v = p[i] * inv;
+        local |= !finite_bits(v);
+        p[i] = v;
+      }
+    } else {  // check only: no write pass
+      for (int64_t i = lo; i < hi; ++i) local |= !finite_bits(p[i]);
     }
     bad |= local;
   }

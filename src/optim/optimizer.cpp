@@ -95,7 +95,7 @@ void Optimizer::detach_working_copies() {
   cache_ = nullptr;
 }
 
-void Optimizer::apply(size_t i, const Tensor& grad) {
+void Optimizer::apply(size_t i, const Tensor& grad, double grad_scale) {
   Tensor& p = params_[i];
   MIXPREC_CHECK(grad.shape() == p.shape(), name_, ": gradient ", i, " has shape ",
                 shape_str(grad.shape()), ", expected ", shape_str(p.shape()));
@@ -106,7 +106,7 @@ void Optimizer::apply(size_t i, const Tensor& grad) {
   for (Tensor& s : state_[i]) st.push_back(s.data<float>());
   void* low = working_.empty() ? nullptr : working_[i].data_ptr();
   update(UpdateArgs{p.data<float>(), g.data_ptr(), g.dtype(), st.data(), low, low_dtype_, p.numel(),
-                    lr_.at(step_), weight_decay_, step_ + 1});
+                    lr_.at(step_), weight_decay_, step_ + 1, grad_scale});
   p.storage()->bump_version();
   if (low) {
     working_[i].storage()->bump_version();
@@ -114,12 +114,15 @@ void Optimizer::apply(size_t i, const Tensor& grad) {
   }
 }
 
-void Optimizer::step(const std::vector<Tensor>& grads) {
+void Optimizer::step(const std::vector<Tensor>& grads) { step(grads, 1.0); }
+
+void Optimizer::step(const std::vector<Tensor>& grads, double grad_scale) {
   MIXPREC_CHECK(grads.size() == params_.size(), name_, ": expected ", params_.size(),
                 " gradients (one per parameter), got ", grads.size());
+  MIXPREC_CHECK(std::isfinite(grad_scale) && grad_scale > 0, name_, ": grad_scale must be finite and > 0");
   NoGradGuard ng;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (grads[i].defined()) apply(i, grads[i]);
+    if (grads[i].defined()) apply(i, grads[i], grad_scale);
   ++step_;
 }
 
@@ -127,7 +130,7 @@ void Optimizer::step() {
   NoGradGuard ng;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
-    if (g.defined()) apply(i, g);
+    if (g.defined()) apply(i, g, 1.0);
   }
   ++step_;
 }
@@ -154,14 +157,14 @@ constexpr int64_t kChunk = 4096;
 // rounded into the low copy (when there is one).
 template <class Body>
 void fused_loop(const Optimizer* /*self*/, float* p, const void* g, DType gdt, void* low, DType ldt,
-                int64_t n, Body&& body) {
+                int64_t n, float gscale, Body&& body) {
   visit_float(gdt, [&]<class G>() {
     const G* gp = static_cast<const G*>(g);
     const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-      for (int64_t i = lo; i < hi; ++i) body(i, static_cast<float>(load(gp[i])));
+      for (int64_t i = lo; i < hi; ++i) body(i, static_cast<float>(load(gp[i])) * gscale);
       if (low) convert_row(p + lo, DType::f32, static_cast<char*>(low) + lo * 2, ldt, hi - lo);
     }
   });
@@ -180,7 +183,7 @@ void Momentum::update(const UpdateArgs& a) {
   float* p = a.p;
   float* v = a.state[0];
   const bool nesterov = nesterov_;
-  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, [=](int64_t i, float g) {
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, static_cast<float>(a.grad_scale), [=](int64_t i, float g) {
     g += wd * p[i];
     v[i] = m * v[i] + g;
     p[i] -= nesterov ? lr * (g + m * v[i]) : lr * v[i];
@@ -193,7 +196,7 @@ SGD::SGD(std::vector<Tensor> params, LearningRate lr, double wd)
 void SGD::update(const UpdateArgs& a) {
   const float lr = static_cast<float>(a.lr), wd = static_cast<float>(a.weight_decay);
   float* p = a.p;
-  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n,
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, static_cast<float>(a.grad_scale),
              [=](int64_t i, float g) { p[i] -= lr * (g + wd * p[i]); });
 }
 
@@ -218,7 +221,7 @@ void Adam::update(const UpdateArgs& a) {
   float* m = a.state[0];
   float* v = a.state[1];
   const bool decoupled = decoupled_;
-  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, [=](int64_t i, float g) {
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, static_cast<float>(a.grad_scale), [=](int64_t i, float g) {
     if (decoupled) p[i] -= lr * wd * p[i];
     else g += wd * p[i];
     m[i] = b1 * m[i] + (1 - b1) * g;

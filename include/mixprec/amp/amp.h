@@ -57,7 +57,8 @@ struct GradStats {
   double zero_fraction = 0.0;       // values that are exactly 0
   double recommended_scale = 1.0;   // largest power of 2 keeping max_abs * scale <= 2^15
 };
-GradStats gradient_stats(const std::string& name, const Tensor& grad);
+// `scale` multiplies the gradient first (1 / loss scale for a still-scaled gradient).
+GradStats gradient_stats(const std::string& name, const Tensor& grad, double scale = 1.0);
 
 struct StepInfo {
   int64_t step = 0;          // attempted steps so far (applied + skipped)

@@ -56,6 +56,9 @@ class Optimizer {
   // The seed's optimizer(grads): one update from explicit gradients, one per parameter.
   void operator()(const std::vector<Tensor>& grads) { step(grads); }
   void step(const std::vector<Tensor>& grads);
+  // Same, with every gradient multiplied by grad_scale inside the fused pass (the train step
+  // passes 1 / loss_scale here: unscaling costs no separate write pass over the gradients).
+  void step(const std::vector<Tensor>& grads, double grad_scale);
   void step();  // from each parameter's .grad (parameters without one are left alone)
   void zero_grad();
 
@@ -89,12 +92,13 @@ class Optimizer {
     int64_t n;
     double lr;
     double weight_decay;
-    int64_t step;  // 1-based count of this update
+    int64_t step;         // 1-based count of this update
+    double grad_scale;    // multiplies each gradient element as it is read
   };
   virtual void update(const UpdateArgs& a) = 0;
 
  private:
-  void apply(size_t i, const Tensor& grad);
+  void apply(size_t i, const Tensor& grad, double grad_scale);
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> state_;  // [param][slot]
   std::vector<Tensor> working_;             // low copies (O2/O3), or empty
