@@ -5,7 +5,6 @@
 // f16 convolutions give f32 weight and bias gradients).
 #include <span>
 
-#include "conv_direct.h"
 #include "conv_im2col.h"
 #include "conv_problem.h"
 #include "dispatch.h"
@@ -108,7 +107,6 @@ std::string accepts_weights(const ConvBwdWeightsProblem&) { return ""; }
 
 constexpr auto cpu = Device::Type::cpu;
 const Impl<ConvFwdProblem> kFwd[] = {
-    {"direct_small", cpu, direct_fwd_declines, direct_fwd},
     {"im2col_gemm", cpu, im2col_fwd_declines, im2col_fwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_fwd_declines, onednn::conv_fwd},
@@ -125,7 +123,6 @@ const Impl<ConvBwdDataProblem> kBwdData[] = {
     {"ref", cpu, accepts_data, ref::conv_bwd_data},
 };
 const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
-    {"direct_small", cpu, direct_bwd_weights_declines, direct_bwd_weights},
     {"im2col_gemm", cpu, im2col_bwd_weights_declines, im2col_bwd_weights},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_bwd_weights_declines, onednn::conv_bwd_weights},

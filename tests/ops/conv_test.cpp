@@ -438,39 +438,3 @@ TEST(Conv2d, RejectsBadShapesAndOptions) {
 
 }  // namespace
 }  // namespace mixprec
-
-namespace mixprec {
-namespace {
-
-TEST(Conv2d, DirectSmallMatchesReference) {
-  // The first-layer kernel (no patch matrix), forward and weight gradients, both layouts.
-  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    for (const ops::Conv2dOptions& o :
-         {ops::Conv2dOptions{}, ops::Conv2dOptions{.pad_mode = ops::PadMode::pad, .padding = {2, 2, 2, 2}},
-          ops::Conv2dOptions{.stride = {2, 2}, .pad_mode = ops::PadMode::same, .activation = ops::Activation::relu},
-          ops::Conv2dOptions{.dilation = {2, 2}, .output_format = ops::MemoryFormat::contiguous},
-          ops::Conv2dOptions{.pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}, .activation = ops::Activation::relu,
-                             .output_format = ops::MemoryFormat::contiguous}}) {
-      for (int64_t cin : {1, 2}) {
-        const Tensor x = testing::random({3, cin, 11, 12}, 81, d);
-        const Tensor w = testing::random({7, cin, 3, 3}, 82, DType::f32).astype(d).set_requires_grad(true);
-        const Tensor b = testing::random({7}, 83, DType::f32).astype(d).set_requires_grad(true);
-        auto run = [&](const char* impl) {
-          ops::ForceImpl force(impl);
-          Tensor y = ops::conv2d(x, w, b, o);
-          auto g = grad(ops::sum(ops::mul(y.astype(DType::f32), testing::random(y.shape(), 84, DType::f32))), {w, b});
-          return std::pair{y, g};
-        };
-        const auto [yd, gd] = run("direct_small");
-        const auto [yr, gr] = run("ref");
-        const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
-        EXPECT_TRUE(testing::all_close(yd, yr, tol)) << dtype_name(d) << " cin " << cin;
-        EXPECT_TRUE(testing::all_close(gd[0], gr[0], {1e-4, 1e-4})) << dtype_name(d) << " dw";
-        EXPECT_TRUE(testing::all_close(gd[1], gr[1], {1e-4, 1e-4})) << dtype_name(d) << " db";
-      }
-    }
-  }
-}
-
-}  // namespace
-}  // namespace mixprec
