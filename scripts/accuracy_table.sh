@@ -5,7 +5,7 @@
 # Each run writes runs/accuracy/<model>-<config>.json (the full `mixprec train --report`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-M=./build/tools/mixprec
+M=${MIXPREC:-./build/tools/mixprec}
 model=${1:-convnet-bn}
 epochs=${2:-3}
 out=runs/accuracy
