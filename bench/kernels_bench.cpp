@@ -1,0 +1,354 @@
+// Kernel throughput beside a baseline measured in the same run (DESIGN.md, Performance): the
+// fused unscale-and-check and the fused Momentum step against a memcpy moving as many bytes, and
+// mixprec's matmul / conv2d against oneDNN called directly on the same shapes (one primitive,
+// weights reordered once, no dispatch), so overhead reads as a ratio ("x_memcpy", "x_onednn").
+// A ratio needs its baseline row in the same run (registered first); without it, it is left out.
+// Run: ./build/bench/kernels_bench --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mixprec/amp/loss_scale.h"
+#include "mixprec/error.h"
+#include "mixprec/graph.h"
+#include "mixprec/ops/autocast.h"
+#include "mixprec/ops/ops.h"
+#include "mixprec/optim/optimizer.h"
+#include "mixprec/rng.h"
+#include "mixprec/tensor.h"
+#include "mixprec/version.h"
+
+#if MIXPREC_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace {
+using namespace mixprec;
+using Clock = std::chrono::steady_clock;
+
+// The mlp's parameters (784 -> 2048 -> 2048 -> 10), weights and biases.
+const std::vector<Shape> kMlpShapes = {{2048, 784}, {2048}, {2048, 2048}, {2048}, {10, 2048}, {10}};
+
+int64_t mlp_numel() {
+  int64_t n = 0;
+  for (const Shape& s : kMlpShapes) n += shape_numel(s);
+  return n;
+}
+
+std::vector<Tensor> mlp_tensors(DType dtype, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<Tensor> out;
+  for (const Shape& s : kMlpShapes) out.push_back(randn(s, gen, {.dtype = dtype}));
+  return out;
+}
+
+void set_rate(benchmark::State& state, const char* name, double units_per_iter) {
+  const double units = units_per_iter * static_cast<double>(state.iterations());
+  state.counters[name] =
+      benchmark::Counter(units, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// Units per second of wall clock since t0 (the timing loop's start), for the ratio counters.
+double rate_since(const benchmark::State& state, double units_per_iter, Clock::time_point t0) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return units_per_iter * static_cast<double>(state.iterations()) / seconds;
+}
+
+// Baseline rates (units per second, wall clock) by key, left by the baseline benchmarks' last
+// (reported) run for the rows after them to divide by.
+std::map<std::string, double>& baselines() {
+  static std::map<std::string, double> m;
+  return m;
+}
+
+void set_ratio(benchmark::State& state, const char* name, const std::string& key, double rate) {
+  const auto it = baselines().find(key);
+  if (it != baselines().end() && it->second > 0) state.counters[name] = rate / it->second;
+}
+
+// ---------------------------------------------------------------- memcpy baseline
+
+// `moved` bytes of traffic: copies moved / 2 bytes (read + written, as every GB/s here counts).
+void BM_memcpy(benchmark::State& state) {
+  const size_t half = static_cast<size_t>(state.range(0)) / 2;
+  std::vector<char> src(half, 1), dst(half);
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), half);
+    benchmark::ClobberMemory();
+  }
+  const double moved = 2.0 * static_cast<double>(half);
+  baselines()["memcpy/" + std::to_string(state.range(0))] = rate_since(state, moved, t0);
+  set_rate(state, "GB/s", moved);
+}
+
+// Bytes the fused Momentum pass must move per step: p read+write, g (f32) read, momentum
+// read+write, and the bf16 working copy written when AMP copies are attached.
+int64_t momentum_bytes(bool amp) { return mlp_numel() * (4 * 2 + 4 + 4 * 2 + (amp ? 2 : 0)); }
+
+// ---------------------------------------------------------------- loss scaling
+
+// Alternates scale 1024 and 1/1024 so the gradients stay where they started (repeated unscaling
+// would drive them into subnormals and then to zero, which is not the case being measured).
+void BM_unscale_and_check(benchmark::State& state, DType dtype) {
+  const std::vector<Tensor> grads = mlp_tensors(dtype, 1);
+  bool finite = true;
+  int64_t i = 0;
+  for (auto _ : state) {
+    finite &= amp::unscale_and_check(grads, (i++ & 1) ? 1.0 / 1024.0 : 1024.0);
+    benchmark::DoNotOptimize(finite);
+  }
+  if (!finite) state.SkipWithError("unscale_and_check reported a non-finite gradient");
+  set_rate(state, "GB/s", 2.0 * static_cast<double>(mlp_numel() * dtype_size(dtype)));
+}
+
+void BM_all_finite(benchmark::State& state, DType dtype) {
+  const std::vector<Tensor> grads = mlp_tensors(dtype, 1);
+  bool finite = true;
+  for (auto _ : state) {
+    finite &= amp::all_finite(grads);
+    benchmark::DoNotOptimize(finite);
+  }
+  if (!finite) state.SkipWithError("all_finite reported a non-finite value");
+  set_rate(state, "GB/s", static_cast<double>(mlp_numel() * dtype_size(dtype)));
+}
+
+// ---------------------------------------------------------------- optimizer step
+
+void BM_momentum_step(benchmark::State& state, bool amp_copies) {
+  std::vector<Tensor> params = mlp_tensors(DType::f32, 2);
+  for (Tensor& p : params) p.set_requires_grad(true);
+  const std::vector<Tensor> grads = mlp_tensors(DType::f32, 3);
+  optim::Momentum opt(params, 1e-3, 0.9);
+  CastCache cache;
+  if (amp_copies) opt.attach_working_copies(&cache, DType::bf16);
+  opt.step(grads);  // creates the momentum buffers outside the timing
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    opt.step(grads);
+    benchmark::ClobberMemory();
+  }
+  const double bytes = static_cast<double>(momentum_bytes(amp_copies));
+  set_rate(state, "GB/s", bytes);
+  set_ratio(state, "x_memcpy", "memcpy/" + std::to_string(momentum_bytes(amp_copies)),
+            rate_since(state, bytes, t0));
+}
+
+// ---------------------------------------------------------------- matmul
+
+double matmul_flops(const benchmark::State& state) {
+  return 2.0 * static_cast<double>(state.range(0) * state.range(1) * state.range(2));
+}
+
+std::string shape_key(const char* op, DType dtype, const benchmark::State& state, int nargs) {
+  std::string k(op);
+  k += '/';
+  k += dtype_name(dtype);
+  for (int i = 0; i < nargs; ++i) {
+    k += '/';
+    k += std::to_string(state.range(i));
+  }
+  return k;
+}
+
+// Args: M, K, N. mixprec::ops::matmul under NoGradGuard (f16 is emulated through f32).
+void BM_matmul(benchmark::State& state, DType dtype) {
+  NoGradGuard ng;
+  Generator gen(4);
+  const Tensor a = randn({state.range(0), state.range(1)}, gen, {.dtype = dtype});
+  const Tensor b = randn({state.range(1), state.range(2)}, gen, {.dtype = dtype});
+  try {
+    benchmark::DoNotOptimize(ops::matmul(a, b));  // warm-up: primitive creation
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const auto t0 = Clock::now();
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b));
+  const double rate = rate_since(state, matmul_flops(state), t0);
+  set_rate(state, "GFLOP/s", matmul_flops(state));
+  set_ratio(state, "x_onednn", shape_key("matmul", dtype, state, 3), rate);
+}
+
+// ---------------------------------------------------------------- convolution
+
+struct ConvShape {
+  int64_t n, c, h, w, cout, k, pad, oh, ow;
+};
+ConvShape conv_shape(const benchmark::State& state) {
+  ConvShape s{state.range(0), state.range(1), state.range(2), state.range(3),
+              state.range(4), state.range(5), state.range(6), 0, 0};
+  s.oh = s.h + 2 * s.pad - s.k + 1;
+  s.ow = s.w + 2 * s.pad - s.k + 1;
+  return s;
+}
+double conv_flops(const ConvShape& s) {
+  return 2.0 * static_cast<double>(s.n * s.cout * s.oh * s.ow * s.c * s.k * s.k);
+}
+
+// Args: N, C, H, W, Cout, k, pad (stride 1). Channels-last input, plain [Cout, C, k, k] weights.
+void BM_conv2d(benchmark::State& state, DType dtype) {
+  NoGradGuard ng;
+  const ConvShape s = conv_shape(state);
+  Generator gen(5);
+  const Tensor x = randn({s.n, s.h, s.w, s.c}, gen, {.dtype = dtype}).permute({0, 3, 1, 2});
+  const Tensor w = randn({s.cout, s.c, s.k, s.k}, gen, {.dtype = dtype});
+  const ops::Conv2dOptions opts{.pad_mode = ops::PadMode::pad,
+                                .padding = {s.pad, s.pad, s.pad, s.pad}};
+  try {
+    benchmark::DoNotOptimize(ops::conv2d(x, w, {}, opts));
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const auto t0 = Clock::now();
+  for (auto _ : state) benchmark::DoNotOptimize(ops::conv2d(x, w, {}, opts));
+  const double rate = rate_since(state, conv_flops(s), t0);
+  set_rate(state, "GFLOP/s", conv_flops(s));
+  set_ratio(state, "x_onednn", shape_key("conv", dtype, state, 7), rate);
+}
+
+// ---------------------------------------------------------------- oneDNN called directly
+
+#if MIXPREC_WITH_ONEDNN
+using dnnl::memory;
+
+struct Dnnl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+};
+Dnnl& dnnl_ctx() {
+  static Dnnl d;
+  return d;
+}
+
+memory::data_type dnnl_type(DType d) {
+  return d == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// Plain row-major [M,K] x [K,N] -> [M,N]; the primitive is made once, outside the timing.
+void BM_onednn_matmul(benchmark::State& state, DType dtype) {
+  Dnnl& d = dnnl_ctx();
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Generator gen(4);
+  const Tensor a = randn({m, k}, gen, {.dtype = dtype}), b = randn({k, n}, gen, {.dtype = dtype});
+  const Tensor c = Tensor::empty({m, n}, {.dtype = dtype});
+  const memory::desc a_md({m, k}, dnnl_type(dtype), memory::format_tag::ab);
+  const memory::desc b_md({k, n}, dnnl_type(dtype), memory::format_tag::ab);
+  const memory::desc c_md({m, n}, dnnl_type(dtype), memory::format_tag::ab);
+  dnnl::matmul prim;
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), d.eng);
+    state.SetLabel(pd.impl_info_str());
+    prim = dnnl::matmul(pd);
+  } catch (const dnnl::error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(a_md, d.eng, a.data_ptr())},
+      {DNNL_ARG_WEIGHTS, memory(b_md, d.eng, b.data_ptr())},
+      {DNNL_ARG_DST, memory(c_md, d.eng, c.data_ptr())}};
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    prim.execute(d.strm, args);
+    d.strm.wait();
+  }
+  baselines()[shape_key("matmul", dtype, state, 3)] = rate_since(state, matmul_flops(state), t0);
+  set_rate(state, "GFLOP/s", matmul_flops(state));
+}
+
+// src/dst nhwc, weights in the primitive's own format (format_tag::any) reordered once from
+// plain oihw outside the timing; forward_training, as mixprec's conv2d asks for.
+void BM_onednn_conv(benchmark::State& state, DType dtype) {
+  Dnnl& d = dnnl_ctx();
+  const ConvShape s = conv_shape(state);
+  Generator gen(5);
+  const Tensor x = randn({s.n, s.h, s.w, s.c}, gen, {.dtype = dtype});  // nhwc bytes
+  const Tensor w = randn({s.cout, s.c, s.k, s.k}, gen, {.dtype = dtype});
+  const Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.cout}, {.dtype = dtype});
+  const memory::desc x_md({s.n, s.c, s.h, s.w}, dnnl_type(dtype), memory::format_tag::nhwc);
+  const memory::desc w_plain({s.cout, s.c, s.k, s.k}, dnnl_type(dtype), memory::format_tag::oihw);
+  const memory::desc w_any({s.cout, s.c, s.k, s.k}, dnnl_type(dtype), memory::format_tag::any);
+  const memory::desc y_md({s.n, s.cout, s.oh, s.ow}, dnnl_type(dtype), memory::format_tag::nhwc);
+  dnnl::convolution_forward prim;
+  memory w_mem;
+  try {
+    const dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x_md, w_any, y_md,
+        {1, 1}, {s.pad, s.pad}, {s.pad, s.pad});
+    const dnnl::convolution_forward::primitive_desc pd(desc, d.eng);
+    state.SetLabel(pd.impl_info_str());
+    prim = dnnl::convolution_forward(pd);
+    memory w_user(w_plain, d.eng, w.data_ptr());
+    w_mem = memory(pd.weights_desc(), d.eng);
+    dnnl::reorder(w_user, w_mem).execute(d.strm, w_user, w_mem);
+    d.strm.wait();
+  } catch (const dnnl::error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(x_md, d.eng, x.data_ptr())},
+      {DNNL_ARG_WEIGHTS, w_mem},
+      {DNNL_ARG_DST, memory(y_md, d.eng, y.data_ptr())}};
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    prim.execute(d.strm, args);
+    d.strm.wait();
+  }
+  baselines()[shape_key("conv", dtype, state, 7)] = rate_since(state, conv_flops(s), t0);
+  set_rate(state, "GFLOP/s", conv_flops(s));
+}
+#endif
+
+// ---------------------------------------------------------------- registration
+// Baselines first: the rows after them read their rates for the ratio counters.
+
+// Wall-clock time: the kernels run on OpenMP threads, so the main thread's CPU time says little.
+void timed(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({256, 784, 2048})->Args({256, 2048, 2048})->Apply(timed);
+}
+void conv_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({256, 32, 14, 14, 64, 3, 1})   // convnet-bn, second conv
+      ->Args({64, 64, 14, 14, 64, 3, 1})  // resnet-small
+      ->Apply(timed);
+}
+
+BENCHMARK(BM_memcpy)->Arg(momentum_bytes(false))->Arg(momentum_bytes(true))->Apply(timed);
+BENCHMARK_CAPTURE(BM_unscale_and_check, f32, DType::f32)->Apply(timed);
+BENCHMARK_CAPTURE(BM_unscale_and_check, bf16, DType::bf16)->Apply(timed);
+BENCHMARK_CAPTURE(BM_unscale_and_check, f16, DType::f16)->Apply(timed);
+BENCHMARK_CAPTURE(BM_all_finite, f32, DType::f32)->Apply(timed);
+BENCHMARK_CAPTURE(BM_all_finite, bf16, DType::bf16)->Apply(timed);
+BENCHMARK_CAPTURE(BM_all_finite, f16, DType::f16)->Apply(timed);
+BENCHMARK_CAPTURE(BM_momentum_step, fp32, false)->Apply(timed);
+BENCHMARK_CAPTURE(BM_momentum_step, amp_bf16_copies, true)->Apply(timed);
+
+#if MIXPREC_WITH_ONEDNN
+BENCHMARK_CAPTURE(BM_onednn_matmul, f32, DType::f32)->Apply(matmul_shapes);
+BENCHMARK_CAPTURE(BM_onednn_matmul, bf16, DType::bf16)->Apply(matmul_shapes);
+#endif
+BENCHMARK_CAPTURE(BM_matmul, f32, DType::f32)->Apply(matmul_shapes);
+BENCHMARK_CAPTURE(BM_matmul, bf16, DType::bf16)->Apply(matmul_shapes);
+BENCHMARK_CAPTURE(BM_matmul, f16, DType::f16)->Apply(matmul_shapes);
+
+#if MIXPREC_WITH_ONEDNN
+BENCHMARK_CAPTURE(BM_onednn_conv, f32, DType::f32)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_onednn_conv, bf16, DType::bf16)->Apply(conv_shapes);
+#endif
+BENCHMARK_CAPTURE(BM_conv2d, f32, DType::f32)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv2d, bf16, DType::bf16)->Apply(conv_shapes);
+BENCHMARK_CAPTURE(BM_conv2d, f16, DType::f16)->Apply(conv_shapes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
