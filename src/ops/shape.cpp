@@ -202,7 +202,7 @@ Tensor cast(const Tensor& x, DType dtype) {
     if (hit.defined()) out = hit.detach();
   }
   if (!out.defined()) {
-    out = mixprec::detail::raw_copy(x, dtype);
+    out = mixprec::detail::raw_convert(x, dtype);
     if (cacheable) cache->store(x, out.detach());
     AmpCounters& c = amp_counters();
     ++c.casts;

@@ -125,10 +125,14 @@ TEST(Tensor, AstypeRoundsAndCopiesOnlyWhenNeeded) {
   EXPECT_THROW(h.data<float>(), Error);
 }
 
-TEST(Tensor, StridedAstypeOfTransposedTensor) {
+TEST(Tensor, AstypeKeepsADenseLayout) {
+  // A cast keeps a permuted dense layout (channels-last stays channels-last); clone() packs.
   const Tensor t = iota({33, 17}).transpose(0, 1);
   const Tensor b = t.astype(DType::bf16);
-  EXPECT_TRUE(b.is_contiguous());
+  EXPECT_EQ(b.strides(), t.strides());
+  EXPECT_TRUE(t.clone().is_contiguous());
+  const Tensor s = iota({4, 6}).slice(1, 0, 6, 2);  // not dense: packed
+  EXPECT_TRUE(s.astype(DType::f64).is_contiguous());
   EXPECT_EQ(b.at({16, 32}), t.at({16, 32}));
   EXPECT_EQ(b.at({3, 5}), 88.0);
 }
