@@ -160,7 +160,9 @@ int run_train(const TrainArgs& a) {
 
   OptimizerSpec spec = a.opt;
   const int64_t steps_per_epoch = train_ds.num_batches();
-  spec.total_steps = a.max_steps > 0 ? a.max_steps : a.epochs * steps_per_epoch;
+  // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
+  // stops and resumes follows the same learning rates as one that never stopped.
+  spec.total_steps = a.epochs * steps_per_epoch;
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(spec, net->trainable_params());
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
 
@@ -195,7 +197,8 @@ int run_train(const TrainArgs& a) {
                               {"cli.batch_size", std::to_string(a.batch_size)},
                               {"cli.train_samples", std::to_string(a.train_samples)},
                               {"cli.dtype", a.dtype},           {"cli.loss_scale", a.loss_scale},
-                              {"cli.data", a.data}};
+                              {"cli.data", a.data},             {"cli.epochs", std::to_string(a.epochs)},
+                              {"cli.lr", std::to_string(a.opt.lr)}, {"cli.lr_schedule", a.opt.schedule}};
   train::TrainOptions topts{.max_steps = a.max_steps};
   if (!a.resume.empty()) {
     const train::ResumeInfo info = train::load_training_state(a.resume, model);
@@ -325,7 +328,9 @@ Command register_train(CLI::App& app) {
   cmd->add_option("--lr", a->opt.lr, "Learning rate")->capture_default_str();
   cmd->add_option("--momentum", a->opt.momentum, "Momentum (momentum optimizer)")->capture_default_str();
   cmd->add_option("--weight-decay", a->opt.weight_decay, "Weight decay")->capture_default_str();
-  cmd->add_option("--lr-schedule", a->opt.schedule, "constant|cosine|step")->capture_default_str()
+  cmd->add_option("--lr-schedule", a->opt.schedule,
+                  "cosine (from --lr to 0 over the run) | constant (the seed's fixed rate) | step (x0.1 every third)")
+      ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine", "step"}));
   cmd->add_option("--warmup-steps", a->opt.warmup_steps, "Linear learning-rate warm-up steps")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for weights and data order")->capture_default_str();

@@ -24,7 +24,7 @@ struct OptimizerSpec {
   double lr = 0.01;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  std::string schedule = "constant";  // constant | cosine | step
+  std::string schedule = "cosine";    // constant | cosine | step (cosine from lr to 0 over the run)
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;            // for cosine
 };
