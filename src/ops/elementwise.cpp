@@ -5,6 +5,7 @@
 // gradient over broadcast dims (reduce_to_shape).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 
 #include "elementwise_kernels.h"
@@ -69,6 +70,11 @@ bool dense_layout(const Shape& shape, const Strides& strides) {
   return true;
 }
 }  // namespace
+
+void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype) {
+  std::fprintf(stderr, "mixprec: elementwise %zu-input -> cpu loops  %s -> %s%s\n", inputs,
+               std::string(dtype_name(in_dtype)).c_str(), desc(out).c_str(), out.is_contiguous() ? "" : " (strided)");
+}
 
 Tensor empty_output(const Shape& shape, DType dtype, Device device,
                     std::initializer_list<const Tensor*> inputs) {

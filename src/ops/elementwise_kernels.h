@@ -83,9 +83,13 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
 template <class C, size_t N, class F>
 void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f);
 
+// MIXPREC_VERBOSE line for a pointwise kernel (they have one implementation: these loops).
+void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype);
+
 // The elementwise engine's entry point (timed under MIXPREC_PROFILE).
 template <class C, size_t N, class F>
 void run_elementwise(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f) {
+  if (verbose_level() > 0) log_elementwise(N, out, ins[0]->dtype());
   if (!profiling()) return run_elementwise_impl<C, N>(out, ins, f);
   const double t0 = profile_now();
   run_elementwise_impl<C, N>(out, ins, f);
