@@ -18,6 +18,9 @@ int64_t shape_numel(const Shape& shape);
 Strides contiguous_strides(const Shape& shape);
 // "[2, 3, 4]".
 std::string shape_str(const Shape& shape);
+// True if `strides` address every element of `shape` exactly once with no gaps: row-major or any
+// permutation of it (channels-last, a transpose). Size-1 dims are ignored.
+bool is_dense(const Shape& shape, const Strides& strides);
 // Maps a possibly negative dimension to [0, ndim); throws with `what` in the message if invalid.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what = "dim");
 

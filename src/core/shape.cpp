@@ -1,6 +1,8 @@
 // Shape helpers: element counts with overflow checks, contiguous strides, dim wrapping.
 #include "mixprec/shape.h"
 
+#include <algorithm>
+
 #include "mixprec/error.h"
 
 namespace mixprec {
@@ -32,6 +34,19 @@ std::string shape_str(const Shape& shape) {
     s += std::to_string(shape[i]);
   }
   return s + "]";
+}
+
+bool is_dense(const Shape& shape, const Strides& strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size), size > 1 only
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (const auto& [st, sz] : dims) {
+    if (st != expect) return false;
+    expect *= sz;
+  }
+  return true;
 }
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {

@@ -244,22 +244,8 @@ Tensor raw_slice(const Tensor& t, int64_t d, int64_t start, int64_t end, int64_t
                               t.offset() + start * t.strides()[static_cast<size_t>(d)], t.dtype());
 }
 
-// True if the strides address every element exactly once with no gaps (a permuted dense layout).
-static bool dense_layout(const Shape& shape, const Strides& strides) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size), size > 1 only
-  for (size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
-  std::sort(dims.begin(), dims.end());
-  int64_t expect = 1;
-  for (const auto& [st, sz] : dims) {
-    if (st != expect) return false;
-    expect *= sz;
-  }
-  return true;
-}
-
 Tensor raw_convert(const Tensor& t, DType dt) {
-  if (t.is_contiguous() || !dense_layout(t.shape(), t.strides())) return raw_copy(t, dt);
+  if (t.is_contiguous() || !is_dense(t.shape(), t.strides())) return raw_copy(t, dt);
   auto storage = Storage::allocate(static_cast<size_t>(t.numel()) * dtype_size(dt), t.device());
   Tensor out = Tensor::from_storage(std::move(storage), t.shape(), t.strides(), 0, dt);
   strided_copy(t, out);

@@ -101,10 +101,6 @@ std::string ConvBwdWeightsProblem::describe() const {
 
 namespace {
 
-std::string accepts(const ConvFwdProblem&) { return ""; }
-std::string accepts_data(const ConvBwdDataProblem&) { return ""; }
-std::string accepts_weights(const ConvBwdWeightsProblem&) { return ""; }
-
 constexpr auto cpu = Device::Type::cpu;
 const Impl<ConvFwdProblem> kFwd[] = {
     {"im2col_gemm", cpu, im2col_fwd_declines, im2col_fwd},
@@ -112,7 +108,7 @@ const Impl<ConvFwdProblem> kFwd[] = {
     {"onednn", cpu, onednn::conv_fwd_declines, onednn::conv_fwd},
     {"f16_via_f32", cpu, onednn::conv_fwd_f16_declines, onednn::conv_fwd_f16},
 #endif
-    {"ref", cpu, accepts, ref::conv_fwd},
+    {"ref", cpu, accept_all<ConvFwdProblem>, ref::conv_fwd},
 };
 const Impl<ConvBwdDataProblem> kBwdData[] = {
     {"im2col_gemm", cpu, im2col_bwd_data_declines, im2col_bwd_data},
@@ -120,7 +116,7 @@ const Impl<ConvBwdDataProblem> kBwdData[] = {
     {"onednn", cpu, onednn::conv_bwd_data_declines, onednn::conv_bwd_data},
     {"f16_via_f32", cpu, onednn::conv_bwd_data_f16_declines, onednn::conv_bwd_data_f16},
 #endif
-    {"ref", cpu, accepts_data, ref::conv_bwd_data},
+    {"ref", cpu, accept_all<ConvBwdDataProblem>, ref::conv_bwd_data},
 };
 const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
     {"im2col_gemm", cpu, im2col_bwd_weights_declines, im2col_bwd_weights},
@@ -128,7 +124,7 @@ const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
     {"onednn", cpu, onednn::conv_bwd_weights_declines, onednn::conv_bwd_weights},
     {"f16_via_f32", cpu, onednn::conv_bwd_weights_f16_declines, onednn::conv_bwd_weights_f16},
 #endif
-    {"ref", cpu, accepts_weights, ref::conv_bwd_weights},
+    {"ref", cpu, accept_all<ConvBwdWeightsProblem>, ref::conv_bwd_weights},
 };
 
 // g * (y > 0), in y's layout (the fused ReLU's backward).

@@ -27,6 +27,12 @@ struct Impl {
 
 int verbose_level();  // MIXPREC_VERBOSE, read once
 
+// `declines` for an implementation that takes every problem (the reference kernels).
+template <class Problem>
+std::string accept_all(const Problem&) {
+  return {};
+}
+
 // Forces the implementation named `name` for every op on this thread while alive.
 class ForceImpl {
  public:

@@ -55,22 +55,6 @@ IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
   return l;
 }
 
-namespace {
-// True if the strides address every element exactly once with no gaps (a permuted dense layout).
-bool dense_layout(const Shape& shape, const Strides& strides) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size), size > 1 only
-  for (size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] > 1) dims.emplace_back(strides[i], shape[i]);
-  std::sort(dims.begin(), dims.end());
-  int64_t expect = 1;
-  for (const auto& [st, sz] : dims) {
-    if (st != expect) return false;
-    expect *= sz;
-  }
-  return true;
-}
-}  // namespace
-
 void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype) {
   std::fprintf(stderr, "mixprec: elementwise %zu-input -> cpu loops  %s -> %s%s\n", inputs,
                std::string(dtype_name(in_dtype)).c_str(), desc(out).c_str(), out.is_contiguous() ? "" : " (strided)");
@@ -80,7 +64,7 @@ Tensor empty_output(const Shape& shape, DType dtype, Device device,
                     std::initializer_list<const Tensor*> inputs) {
   for (const Tensor* t : inputs) {
     if (t->shape() != shape || t->is_contiguous()) continue;
-    if (!dense_layout(t->shape(), t->strides())) continue;
+    if (!is_dense(t->shape(), t->strides())) continue;
     auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
     return Tensor::from_storage(std::move(storage), shape, t->strides(), 0, dtype);
   }

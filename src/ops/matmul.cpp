@@ -17,15 +17,13 @@ using namespace detail;
 
 namespace {
 
-std::string ref_accepts(const MatmulProblem&) { return ""; }
-
 constexpr Impl<MatmulProblem> kMatmulImpls[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", Device::Type::cpu, onednn::matmul_declines, onednn::matmul_run},
     {"f16_via_f32", Device::Type::cpu, onednn::matmul_f16_via_f32_declines,
      onednn::matmul_f16_via_f32_run},
 #endif
-    {"ref", Device::Type::cpu, ref_accepts, matmul_ref},
+    {"ref", Device::Type::cpu, accept_all<MatmulProblem>, matmul_ref},
 };
 
 // A matrix operand every implementation takes: one of the two matrix dims has unit stride and

@@ -18,9 +18,6 @@ using namespace detail;
 
 namespace {
 
-template <class P>
-std::string accepts(const P&) { return {}; }
-
 constexpr Device::Type kCpu = Device::Type::cpu;
 
 const Impl<BatchNormForward> kBatchNormForward[] = {
@@ -28,28 +25,28 @@ const Impl<BatchNormForward> kBatchNormForward[] = {
     {"onednn", kCpu, onednn::batch_norm_forward_declines, onednn::batch_norm_forward},
     {"f16_via_f32", kCpu, onednn::batch_norm_forward_f16_declines, onednn::batch_norm_forward_f16},
 #endif
-    {"ref", kCpu, accepts<BatchNormForward>, ref::batch_norm_forward},
+    {"ref", kCpu, accept_all<BatchNormForward>, ref::batch_norm_forward},
 };
 const Impl<BatchNormBackward> kBatchNormBackward[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", kCpu, onednn::batch_norm_backward_declines, onednn::batch_norm_backward},
     {"f16_via_f32", kCpu, onednn::batch_norm_backward_f16_declines, onednn::batch_norm_backward_f16},
 #endif
-    {"ref", kCpu, accepts<BatchNormBackward>, ref::batch_norm_backward},
+    {"ref", kCpu, accept_all<BatchNormBackward>, ref::batch_norm_backward},
 };
 const Impl<LayerNormForward> kLayerNormForward[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", kCpu, onednn::layer_norm_forward_declines, onednn::layer_norm_forward},
     {"f16_via_f32", kCpu, onednn::layer_norm_forward_f16_declines, onednn::layer_norm_forward_f16},
 #endif
-    {"ref", kCpu, accepts<LayerNormForward>, ref::layer_norm_forward},
+    {"ref", kCpu, accept_all<LayerNormForward>, ref::layer_norm_forward},
 };
 const Impl<LayerNormBackward> kLayerNormBackward[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", kCpu, onednn::layer_norm_backward_declines, onednn::layer_norm_backward},
     {"f16_via_f32", kCpu, onednn::layer_norm_backward_f16_declines, onednn::layer_norm_backward_f16},
 #endif
-    {"ref", kCpu, accepts<LayerNormBackward>, ref::layer_norm_backward},
+    {"ref", kCpu, accept_all<LayerNormBackward>, ref::layer_norm_backward},
 };
 
 template <class P, size_t N>

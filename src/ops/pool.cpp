@@ -95,9 +95,6 @@ std::string PoolBwdProblem::describe() const {
 
 namespace {
 
-std::string accepts_fwd(const PoolFwdProblem&) { return ""; }
-std::string accepts_bwd(const PoolBwdProblem&) { return ""; }
-
 constexpr auto cpu = Device::Type::cpu;
 const Impl<PoolFwdProblem> kFwd[] = {
     {"global_avg", cpu, ref::global_avg_declines, ref::global_avg_fwd},
@@ -105,7 +102,7 @@ const Impl<PoolFwdProblem> kFwd[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_fwd_declines, onednn::pool_fwd},
 #endif
-    {"ref", cpu, accepts_fwd, ref::pool_fwd},
+    {"ref", cpu, accept_all<PoolFwdProblem>, ref::pool_fwd},
 };
 const Impl<PoolBwdProblem> kBwd[] = {
     {"global_avg", cpu, ref::global_avg_bwd_declines, ref::global_avg_bwd},
@@ -113,7 +110,7 @@ const Impl<PoolBwdProblem> kBwd[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::pool_bwd_declines, onednn::pool_bwd},
 #endif
-    {"ref", cpu, accepts_bwd, ref::pool_bwd},
+    {"ref", cpu, accept_all<PoolBwdProblem>, ref::pool_bwd},
 };
 
 // The three ops differ only in their geometry.

@@ -17,9 +17,6 @@ using namespace detail;
 
 namespace {
 
-template <class P>
-std::string accepts(const P&) { return {}; }
-
 constexpr Device::Type kCpu = Device::Type::cpu;
 
 const Impl<SoftmaxForward> kForward[] = {
@@ -27,14 +24,14 @@ const Impl<SoftmaxForward> kForward[] = {
     {"onednn", kCpu, onednn::softmax_forward_declines, onednn::softmax_forward},
     {"f16_via_f32", kCpu, onednn::softmax_forward_f16_declines, onednn::softmax_forward_f16},
 #endif
-    {"ref", kCpu, accepts<SoftmaxForward>, ref::softmax_forward},
+    {"ref", kCpu, accept_all<SoftmaxForward>, ref::softmax_forward},
 };
 const Impl<SoftmaxBackward> kBackward[] = {
 #if MIXPREC_WITH_ONEDNN
     {"onednn", kCpu, onednn::softmax_backward_declines, onednn::softmax_backward},
     {"f16_via_f32", kCpu, onednn::softmax_backward_f16_declines, onednn::softmax_backward_f16},
 #endif
-    {"ref", kCpu, accepts<SoftmaxBackward>, ref::softmax_backward},
+    {"ref", kCpu, accept_all<SoftmaxBackward>, ref::softmax_backward},
 };
 
 Tensor softmax_op(OpId id, const Tensor& x0, int64_t axis, bool log) {

@@ -137,6 +137,17 @@ TEST(Tensor, AstypeKeepsADenseLayout) {
   EXPECT_EQ(b.at({3, 5}), 88.0);
 }
 
+TEST(Shape, IsDenseAcceptsPermutedLayoutsAndRejectsGaps) {
+  EXPECT_TRUE(is_dense({2, 3, 4}, {12, 4, 1}));          // row-major
+  EXPECT_TRUE(is_dense({2, 3, 4, 5}, {60, 1, 15, 3}));   // NCHW shape, channels-last strides
+  EXPECT_TRUE(is_dense({3, 2}, {1, 3}));                 // a transpose
+  EXPECT_TRUE(is_dense({1, 4, 1}, {99, 1, 7}));          // size-1 dims' strides do not matter
+  EXPECT_FALSE(is_dense({2, 3}, {6, 1}));                // a row gap (a slice of a wider tensor)
+  EXPECT_FALSE(is_dense({2, 3}, {3, 2}));                // stride 2 in the inner dim
+  EXPECT_FALSE(is_dense({4}, {0}));                      // broadcast: one element read 4 times
+  EXPECT_TRUE(is_dense({}, {}));
+}
+
 TEST(Tensor, CopyAndFillBumpTheStorageVersion) {
   Tensor t = zeros({3, 2});
   const uint64_t v0 = t.storage()->version();
