@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mixprec/amp/loss_scale.h"
+#include "mixprec/autograd/autograd.h"
 #include "mixprec/error.h"
 #include "mixprec/graph.h"
 #include "mixprec/nn/zoo.h"
@@ -23,6 +24,7 @@
 #include "mixprec/rng.h"
 #include "mixprec/tensor.h"
 #include "mixprec/version.h"
+#include "ops/dispatch.h"
 
 #if MIXPREC_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -249,6 +251,34 @@ void BM_conv2d(benchmark::State& state, DType dtype) {
   set_ratio(state, "x_onednn", shape_key("conv", dtype, state, 7), rate);
 }
 
+// A first layer's training work (1 input channel, bf16 as at O2): forward with bias and ReLU,
+// then the weight and bias gradients (the data needs none). Args: N, Cout, kernel, padding.
+// impl "im2col_gemm" forces the im2col + GEMM path; "" lets dispatch choose (direct_c1).
+void BM_first_conv(benchmark::State& state, const char* impl) {
+  Generator gen(6);
+  const int64_t n = state.range(0), cout = state.range(1), k = state.range(2), pad = state.range(3);
+  const Tensor x = randn({n, 1, 28, 28}, gen, {.dtype = DType::bf16});
+  const Tensor w = randn({cout, 1, k, k}, gen, {.dtype = DType::bf16}).set_requires_grad(true);
+  const Tensor b = randn({cout}, gen, {.dtype = DType::bf16}).set_requires_grad(true);
+  const ops::Conv2dOptions opts{.pad_mode = ops::PadMode::pad, .padding = {pad, pad, pad, pad},
+                                .activation = ops::Activation::relu};
+  const int64_t o = 28 + 2 * pad - k + 1;
+  const Tensor gy = randn({n, o, o, cout}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2});  // channels-last
+  const std::vector<Tensor> leaves{w, b};
+  ops::ForceImpl force(impl);
+  auto step = [&] {
+    const Tensor y = ops::conv2d(x, w, b, opts);
+    benchmark::DoNotOptimize(run_backward({y}, {gy}, {.capture = &leaves}));
+  };
+  step();
+  const auto t0 = Clock::now();
+  for (auto _ : state) step();
+  const std::string key = "first_conv/" + std::to_string(n) + "/" + std::to_string(cout) + "/" + std::to_string(k);
+  const double rate = rate_since(state, 1.0, t0);
+  if (*impl) baselines()[key] = rate;
+  else set_ratio(state, "x_im2col", key, rate);
+}
+
 // ---------------------------------------------------------------- oneDNN called directly
 
 #if MIXPREC_WITH_ONEDNN
@@ -370,6 +400,8 @@ BENCHMARK_CAPTURE(BM_momentum_step, fp32, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_momentum_step, amp_bf16_copies, true)->Apply(timed);
 
 #if MIXPREC_WITH_ONEDNN
+BENCHMARK_CAPTURE(BM_first_conv, im2col_gemm, "im2col_gemm")->Args({256, 6, 5, 2})->Args({256, 32, 3, 0})->Args({256, 32, 3, 1})->Apply(timed);
+BENCHMARK_CAPTURE(BM_first_conv, dispatch, "")->Args({256, 6, 5, 2})->Args({256, 32, 3, 0})->Args({256, 32, 3, 1})->Apply(timed);
 BENCHMARK_CAPTURE(BM_update_layout, resnet_small, "resnet-small")->Arg(1)->Arg(0)->Apply(timed);
 BENCHMARK_CAPTURE(BM_update_layout, convnet_bn, "convnet-bn")->Arg(1)->Arg(0)->Apply(timed);
 BENCHMARK_CAPTURE(BM_update_layout, mlp, "mlp")->Arg(1)->Arg(0)->Apply(timed);

@@ -5,6 +5,7 @@
 // f16 convolutions give f32 weight and bias gradients).
 #include <span>
 
+#include "conv_direct.h"
 #include "conv_im2col.h"
 #include "conv_problem.h"
 #include "dispatch.h"
@@ -103,6 +104,7 @@ namespace {
 
 constexpr auto cpu = Device::Type::cpu;
 const Impl<ConvFwdProblem> kFwd[] = {
+    {"direct_c1", cpu, direct_c1_fwd_declines, direct_c1_fwd},
     {"im2col_gemm", cpu, im2col_fwd_declines, im2col_fwd},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_fwd_declines, onednn::conv_fwd},
@@ -119,6 +121,7 @@ const Impl<ConvBwdDataProblem> kBwdData[] = {
     {"ref", cpu, accept_all<ConvBwdDataProblem>, ref::conv_bwd_data},
 };
 const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
+    {"direct_c1", cpu, direct_c1_bwd_weights_declines, direct_c1_bwd_weights},
     {"im2col_gemm", cpu, im2col_bwd_weights_declines, im2col_bwd_weights},
 #if MIXPREC_WITH_ONEDNN
     {"onednn", cpu, onednn::conv_bwd_weights_declines, onednn::conv_bwd_weights},

@@ -328,6 +328,63 @@ TEST(Conv2d, Im2colGemmMatchesReferenceForSmallReductions) {
   }
 }
 
+TEST(Conv2d, DirectSingleChannelMatchesReference) {
+  // First layers (1 input channel, stride 1, up to 8 output channels) forced onto the direct
+  // kernel: forward and backward-weights, every dtype, widths that are and are not multiples
+  // of 16, full and partial channel blocks, with and without bias and ReLU.
+  if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "direct_c1 needs AVX2 and FMA";
+  struct Case {
+    Shape x, w;
+    ops::Conv2dOptions o;
+    bool bias;
+  };
+  const ops::Conv2dOptions pad2{.pad_mode = ops::PadMode::pad, .padding = {2, 2, 2, 2}};
+  const std::vector<Case> cases = {
+      {{3, 1, 12, 12}, {6, 1, 5, 5}, pad2, true},                                          // lenet
+      {{2, 1, 28, 28}, {8, 1, 3, 3}, {}, false},
+      {{2, 1, 28, 28}, {7, 1, 3, 3}, {.pad_mode = ops::PadMode::same, .activation = ops::Activation::relu}, true},
+      {{2, 1, 9, 37}, {5, 1, 7, 2}, {.pad_mode = ops::PadMode::pad, .padding = {1, 3, 0, 4}}, true},
+      {{1, 1, 5, 5}, {3, 1, 1, 1}, {.activation = ops::Activation::relu}, false},
+  };
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (const Case& c : cases) {
+      const Tensor x = random(c.x, 91, d);
+      const Tensor w = random(c.w, 92, DType::f32).astype(d).set_requires_grad(true);
+      const Tensor b = c.bias ? random({c.w[0]}, 93, DType::f32).astype(d).set_requires_grad(true) : Tensor();
+      auto run = [&](const char* impl) {
+        ops::ForceImpl force(impl);
+        Tensor y = ops::conv2d(x, w, b, c.o);
+        auto g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), 94, DType::f32))),
+                      c.bias ? V{w, b} : V{w});
+        return std::pair{y, g};
+      };
+      const auto [yd, gd] = run("direct_c1");
+      const auto [yr, gr] = run("ref");
+      const std::string what = shape_str(c.w) + " " + std::string(dtype_name(d));
+      EXPECT_TRUE(strides_are_nhwc(yd)) << what;
+      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+      EXPECT_TRUE(all_close(yd, yr, tol)) << what;
+      // dW and db are f32 sums in another order, then rounded to the parameter's dtype: one
+      // rounding of that dtype apart at most.
+      const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
+      EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
+      if (c.bias) EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+      EXPECT_EQ(gd[0].dtype(), w.dtype());
+    }
+  }
+  // NaN propagates through the fused ReLU, and f16 overflows to inf, as on the reference path.
+  ops::ForceImpl force("direct_c1");
+  Tensor xn = zeros({1, 1, 4, 4});
+  xn.fill_(std::nan(""));
+  EXPECT_TRUE(std::isnan(ops::conv2d(xn, ones({8, 1, 3, 3}), Tensor(), {.activation = ops::Activation::relu})
+                             .at({0, 3, 1, 1})));
+  const Tensor big = full({1, 1, 4, 4}, 60000.0, {.dtype = DType::f16});
+  const Tensor y = ops::conv2d(big, ones({2, 1, 3, 3}, {.dtype = DType::f16}));
+  EXPECT_TRUE(std::isinf(y.at({0, 1, 0, 0})));
+  // Wider layers go to im2col + GEMM, which measures faster there.
+  EXPECT_THROW(ops::conv2d(zeros({1, 1, 6, 6}), ones({9, 1, 3, 3})), Error);
+}
+
 TEST(Conv2d, NonContiguousInput) {
   const ConvCase c = cases()[6];
   const V in = case_inputs(c, 71, DType::f32);
