@@ -426,6 +426,25 @@ TEST(Conv2d, FusedReluMatchesConvThenRelu) {
   }
 }
 
+TEST(Conv2d, FusedReluGradientPassesExactlyWhereTheOutputIsPositive) {
+  // Outputs +inf, the smallest positive subnormal, 0 (from -1) and NaN: the gradient passes the
+  // first two only, as for a separate relu (the 16-bit mask works on the bits).
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    const double tiny = d == DType::f16 ? std::ldexp(1.0, -24) : d == DType::bf16 ? std::ldexp(1.0, -133) : std::ldexp(1.0, -149);
+    const Tensor x = Tensor::from_vector(std::vector<double>{INFINITY, tiny, -1.0, NAN}, {1, 1, 1, 4}, d)
+                         .set_requires_grad(true);
+    const Tensor w = ones({1, 1, 1, 1}, {.dtype = d});
+    const Tensor g = Tensor::from_vector(std::vector<double>{2.0, 3.0, 5.0, 7.0}, {1, 1, 1, 4}, d);
+    const Tensor y = ops::conv2d(x, w, Tensor(), {.activation = ops::Activation::relu});
+    ASSERT_EQ(y.at({0, 0, 0, 1}), tiny) << dtype_name(d);
+    const Tensor dx = grad(ops::sum(ops::mul(y, g)), {x})[0];
+    EXPECT_EQ(dx.at({0, 0, 0, 0}), 2.0) << dtype_name(d);
+    EXPECT_EQ(dx.at({0, 0, 0, 1}), 3.0) << dtype_name(d);
+    EXPECT_EQ(dx.at({0, 0, 0, 2}), 0.0) << dtype_name(d);
+    EXPECT_EQ(dx.at({0, 0, 0, 3}), 0.0) << dtype_name(d);
+  }
+}
+
 TEST(Conv2d, F16OverflowsToInfLikeAnAccelerator) {
   const Tensor x = full({1, 1, 3, 3}, 60000.0, {.dtype = DType::f16});
   const Tensor w = ones({2, 1, 3, 3}, {.dtype = DType::f16});
