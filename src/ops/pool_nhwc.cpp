@@ -41,17 +41,17 @@ void nhwc_max_fwd(const PoolFwdProblem& p) {
     // Per thread: the window's input rows widened to f32 (vectorised converter), and the
     // running max / argmax (argmax as f32, the same vector width, so the select vectorises).
     std::vector<float> rows(static_cast<size_t>(g.kh * WC)), best(static_cast<size_t>(C)), arg(static_cast<size_t>(C));
+    std::vector<float> out(static_cast<size_t>(g.ow * C));
+    std::vector<char> valid(static_cast<size_t>(g.kh));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t oh = 0; oh < g.oh; ++oh) {
-        std::vector<bool> valid(static_cast<size_t>(g.kh));
         for (int64_t i = 0; i < g.kh; ++i) {
           const int64_t ih = oh * g.stride_h - g.pad_t + i;
           valid[static_cast<size_t>(i)] = ih >= 0 && ih < g.h;
           if (valid[static_cast<size_t>(i)])
             convert_row(xb + (n * g.h + ih) * WC * es, dt, rows.data() + i * WC, DType::f32, WC);
         }
-        std::vector<float> out(static_cast<size_t>(g.ow * C));
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           float* bp = best.data();
           float* ap = arg.data();
@@ -101,25 +101,32 @@ void nhwc_max_bwd(const PoolBwdProblem& p) {
   const int64_t C = g.c;
   const bool overlap = g.stride_h < g.kh || g.stride_w < g.kw;
   const uint8_t* wb = p.workspace.data<uint8_t>();
+  // Window index -> offset in the image, relative to the window's corner (ih0 * W + iw0) * C:
+  // a table instead of a division and a modulo per element.
+  int64_t rel[256];
+  for (int64_t k = 0; k < g.kh * g.kw; ++k) rel[k] = ((k / g.kw) * g.w + k % g.kw) * C;
+  const int64_t image = g.h * g.w * C;
   visit_float(p.dy.dtype(), [&]<class T>() {
     const T* dyb = static_cast<const T*>(p.dy.data_ptr());
     T* dxb = static_cast<T*>(p.dx.data_ptr());
-    std::fill(dxb, dxb + p.dx.numel(), T{});
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < g.n; ++n) {
-      std::vector<float> acc(overlap ? static_cast<size_t>(g.h * g.w * C) : 0, 0.0f);
+      T* dxn = dxb + n * image;
+      if (!overlap) std::fill(dxn, dxn + image, T{});
+      std::vector<float> acc(overlap ? static_cast<size_t>(image) : 0, 0.0f);
       for (int64_t oh = 0; oh < g.oh; ++oh)
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           const int64_t o = ((n * g.oh + oh) * g.ow + ow) * C;
+          // Padding makes the corner negative; the argmax always points inside the image.
+          const int64_t corner = ((oh * g.stride_h - g.pad_t) * g.w + (ow * g.stride_w - g.pad_l)) * C;
           for (int64_t c = 0; c < C; ++c) {
-            const int64_t i = wb[o + c] / g.kw, j = wb[o + c] % g.kw;
-            const int64_t ih = oh * g.stride_h - g.pad_t + i, iw = ow * g.stride_w - g.pad_l + j;
-            if (overlap) acc[static_cast<size_t>((ih * g.w + iw) * C + c)] += static_cast<float>(load(dyb[o + c]));
-            else dxb[((n * g.h + ih) * g.w + iw) * C + c] = dyb[o + c];
+            const int64_t at = corner + rel[wb[o + c]] + c;
+            if (overlap) acc[static_cast<size_t>(at)] += static_cast<float>(load(dyb[o + c]));
+            else dxn[at] = dyb[o + c];
           }
         }
       if (overlap)
-        for (int64_t e = 0; e < g.h * g.w * C; ++e) dxb[n * g.h * g.w * C + e] = store<T>(acc[static_cast<size_t>(e)]);
+        for (int64_t e = 0; e < image; ++e) dxn[e] = store<T>(acc[static_cast<size_t>(e)]);
     }
   });
 }

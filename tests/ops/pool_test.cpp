@@ -275,6 +275,23 @@ TEST(Pool2d, ChannelsLastInputGivesChannelsLastOutputAndSameValues) {
   }
 }
 
+TEST(MaxPool2d, ChannelsLastKernelMatchesReferenceOnEveryGeometry) {
+  // nhwc_max forced on every case (padding, ceil mode, overlapping and rectangular windows),
+  // with ties: the same maxima, and the gradient routed to the same (first) argmax.
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (const PoolCase& c : cases()) {
+      const PoolFn fn = [o = c.o](const Tensor& x) { return ops::max_pool2d(x, o); };
+      for (const Tensor& x : {channels_last(random(c.x, 53, d)), channels_last(with_ties(c.x, 54, d))}) {
+        const PoolRun fast = run_pool(fn, x, "nhwc_max");
+        const PoolRun ref = run_pool(fn, x, "ref");
+        EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0})) << c.name << " " << dtype_name(d);
+        EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << c.name << " " << dtype_name(d);
+        EXPECT_TRUE(strides_are_nhwc(fast.dx)) << c.name;
+      }
+    }
+  }
+}
+
 TEST(AdaptiveAvgPool2d, GlobalIsTheMeanOverHeightAndWidth) {
   const Tensor x = random({3, 5, 7, 6}, 61, DType::f32);
   EXPECT_TRUE(all_close(ops::adaptive_avg_pool2d(x, {1, 1}), ops::mean(x, {2, 3}, true)));
