@@ -9,6 +9,7 @@
 #include "conv_im2col.h"
 #include "conv_problem.h"
 #include "dispatch.h"
+#include "elementwise_kernels.h"
 #include "image_layout.h"
 #include "mixprec/version.h"
 #include "op_common.h"
@@ -133,22 +134,9 @@ const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
 // g * (y > 0), in y's layout (the fused ReLU's backward).
 Tensor relu_mask(const Tensor& g, const Tensor& y, ImageLayout layout) {
   const Tensor gi = to_image(g, layout, y.dtype());
+  if (relu_bits_apply(y) && gi.strides() == y.strides()) return relu_mask_bits(gi, y);  // 16-bit: on the bits
   Tensor out = empty_image(y.shape(), y.dtype(), layout, y.device());
   const int64_t n = y.numel();
-  if (y.itemsize() == 2) {
-    // On the bits: y > 0 exactly when 1 <= bits <= +inf's bits (sign clear, not zero, not NaN),
-    // one unsigned compare per element that vectorises (the float compare through to_f32 did not).
-    const uint16_t inf_bits = y.dtype() == DType::bf16 ? 0x7F80 : 0x7C00;
-    const auto* gp = static_cast<const uint16_t*>(gi.data_ptr());
-    const auto* yp = static_cast<const uint16_t*>(y.data_ptr());
-    auto* op = static_cast<uint16_t*>(out.data_ptr());
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t keep = static_cast<uint16_t>(yp[i] - 1) < inf_bits ? 0xFFFF : 0;
-      op[i] = gp[i] & keep;  // both loads unconditional, so the loop if-converts and vectorises
-    }
-    return out;
-  }
   visit_float(y.dtype(), [&]<class T>() {
     const T* gp = static_cast<const T*>(gi.data_ptr());
     const T* yp = static_cast<const T*>(y.data_ptr());

@@ -55,6 +55,58 @@ IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
   return l;
 }
 
+bool relu_bits_apply(const Tensor& x) {
+  return (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && is_dense(x.shape(), x.strides());
+}
+
+namespace {
+uint16_t inf_bits(DType d) { return d == DType::bf16 ? 0x7F80 : 0x7C00; }
+
+// Runs body over [0, n) in OpenMP chunks, timed under MIXPREC_PROFILE as (op, phase, "bits16").
+template <class Body>
+void run_bits(std::string_view phase, int64_t n, Body&& body) {
+  const double t0 = profiling() ? profile_now() : 0.0;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t c = 0; c < (n + 4095) / 4096; ++c) body(c * 4096, std::min(n, c * 4096 + 4096));
+  if (profiling()) profile_add("relu", phase, "bits16", profile_now() - t0);
+}
+}  // namespace
+
+Tensor relu_bits(const Tensor& x) {
+  Tensor out = empty_output(x.shape(), x.dtype(), x.device(), {&x});
+  MIXPREC_ASSERT(out.strides() == x.strides() || x.is_contiguous(), "relu_bits: layouts differ");
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  auto* op = static_cast<uint16_t*>(out.data_ptr());
+  const uint16_t inf = inf_bits(x.dtype());
+  if (verbose_level() > 0) log_elementwise(1, out, x.dtype());
+  run_bits("forward", x.numel(), [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint16_t b = xp[i];
+      // Negative (sign set) and not NaN: 0. Everything else (positive, +0, any NaN) is kept.
+      op[i] = (b >= 0x8000 && (b & 0x7FFF) <= inf) ? uint16_t{0} : b;
+    }
+  });
+  return out;
+}
+
+Tensor relu_mask_bits(const Tensor& g, const Tensor& y) {
+  MIXPREC_ASSERT(g.dtype() == y.dtype() && g.shape() == y.shape() && g.strides() == y.strides(),
+                 "relu_mask_bits: g and y must share dtype, shape and strides");
+  Tensor out = empty_output(y.shape(), y.dtype(), y.device(), {&y});
+  const auto* gp = static_cast<const uint16_t*>(g.data_ptr());
+  const auto* yp = static_cast<const uint16_t*>(y.data_ptr());
+  auto* op = static_cast<uint16_t*>(out.data_ptr());
+  const uint16_t inf = inf_bits(y.dtype());
+  if (verbose_level() > 0) log_elementwise(2, out, y.dtype());
+  run_bits("backward", y.numel(), [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint16_t keep = static_cast<uint16_t>(yp[i] - 1) < inf ? 0xFFFF : 0;
+      op[i] = gp[i] & keep;  // both loads unconditional: the loop if-converts and vectorises
+    }
+  });
+  return out;
+}
+
 void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype) {
   std::fprintf(stderr, "mixprec: elementwise %zu-input -> cpu loops  %s -> %s%s\n", inputs,
                std::string(dtype_name(in_dtype)).c_str(), desc(out).c_str(), out.is_contiguous() ? "" : " (strided)");
@@ -316,9 +368,30 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
 // ---------------------------------------------------------------- activations
 
 // NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
-Tensor relu(const Tensor& x) {
-  return unary_op(OpId::relu, x, [](auto v) { return (v > 0) | (v != v) ? v : decltype(v)(0); },
-                  [](auto, auto y) { return y > 0 ? decltype(y)(1) : decltype(y)(0); }, Needs::y);
+// The gradient passes where y > 0 and is 0 elsewhere, whatever g holds there (PyTorch's
+// threshold_backward; the same as the ReLU fused into conv2d and dense). f16/bf16 tensors in
+// one dense block take the bit kernels above (the same results, no widening to f32).
+Tensor relu(const Tensor& x0) {
+  Prepared p = autocast_inputs(OpId::relu, {x0});
+  const Tensor& x = p.in[0];
+  check_floating("relu", x, "input");
+  Tensor out = relu_bits_apply(x)
+                         ? relu_bits(x)
+                         : map1(x, x.dtype(), [](auto v) { return (v > 0) | (v != v) ? v : decltype(v)(0); });
+  if (graph::needs_grad({&x})) {
+    SavedTensor so(out.detach());
+    record(OpId::relu, {x}, out, [so](const std::vector<Tensor>& g) {
+      const Tensor y = so.unpack("relu");
+      const Tensor& gi = g[0];
+      if (relu_bits_apply(y) && gi.dtype() == y.dtype() && gi.shape() == y.shape() && gi.strides() == y.strides())
+        return std::vector<Tensor>{relu_mask_bits(gi, y)};
+      return std::vector<Tensor>{map2(gi, y, gi.dtype(), [](auto v, auto yi) {
+        const decltype(v) keep = v;  // loaded unconditionally: the select vectorises
+        return yi > 0 ? keep : decltype(v)(0);
+      }, "relu")};
+    });
+  }
+  return finish(OpId::relu, p, out, x.dtype());
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {

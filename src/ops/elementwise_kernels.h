@@ -198,4 +198,16 @@ Tensor map3(const Tensor& a, const Tensor& b, const Tensor& c, DType out_dtype, 
   return out;
 }
 
+// ---- ReLU on 16-bit floats, on the bits (no widening): one integer compare per element.
+// y = relu(x) keeps x where x > 0 or x is NaN (+0 stays +0, -0 becomes +0); the gradient mask
+// passes g where y > 0 (1 <= bits <= +inf's bits) and gives +0 elsewhere, NaN outputs included
+// (PyTorch's threshold_backward). Exactly what the f32 path computes, without the conversions.
+
+// True if relu_bits/relu_mask_bits apply: f16 or bf16 tensors occupying one dense block.
+bool relu_bits_apply(const Tensor& x);
+// out = relu(x) into a new tensor in x's layout.
+Tensor relu_bits(const Tensor& x);
+// out = y > 0 ? g : 0; g and y share dtype, shape and strides (relu_bits_apply on both).
+Tensor relu_mask_bits(const Tensor& g, const Tensor& y);
+
 }  // namespace mixprec::ops::detail

@@ -201,5 +201,45 @@ TEST(Relu, NanPropagates) {
   EXPECT_EQ(y[3], 2.0f);
 }
 
+// f16/bf16 relu runs on the bits: it must give exactly what the widened f32 computation gives
+// on every special value, keep the layout, and its gradient must pass g only where y > 0.
+TEST(Relu, SixteenBitKernelsMatchTheF32DefinitionOnSpecialValues) {
+  for (DType d : {DType::bf16, DType::f16}) {
+    const double tiny = d == DType::f16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+    const std::vector<double> xs = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, tiny, -tiny, 1.5, -1.5, 3e4, -3e4};
+    const Tensor x = Tensor::from_vector(xs, {static_cast<int64_t>(xs.size())}, d).set_requires_grad(true);
+    const Tensor y = ops::relu(x);
+    ASSERT_EQ(y.dtype(), d);
+    const std::vector<float> got = y.to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float xi = x.to_vector<float>()[i];
+      if (std::isnan(xi)) {
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+        continue;
+      }
+      const float want = xi > 0 ? xi : 0.0f;
+      EXPECT_EQ(got[i], want) << dtype_name(d) << " x=" << xi;
+      EXPECT_FALSE(std::signbit(got[i])) << dtype_name(d) << " x=" << xi << ": relu gives +0, not -0";
+    }
+    // Gradient: g where y > 0 (+inf and the subnormal included), +0 elsewhere, even where g is
+    // inf or NaN.
+    std::vector<double> gs(xs.size(), 2.0);
+    gs[4] = INFINITY;  // at x = 0
+    gs[9] = NAN;       // at x = -1.5
+    const Tensor g = Tensor::from_vector(gs, {static_cast<int64_t>(gs.size())}, d);
+    const std::vector<float> dx = grad(ops::sum(ops::mul(y.astype(DType::f32), g.astype(DType::f32))), {x})[0].to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const bool pass = got[i] > 0;
+      EXPECT_EQ(dx[i], pass ? 2.0f : 0.0f) << dtype_name(d) << " at " << i;
+    }
+    // Channels-last input: the output keeps the layout and equals the contiguous result.
+    const Tensor nhwc = testing::random({2, 5, 4, 3}, 75, DType::f32).astype(d).permute({0, 3, 1, 2});
+    const Tensor r = ops::relu(nhwc);
+    EXPECT_EQ(r.strides(), nhwc.strides());
+    EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.contiguous()), {0, 0}));
+    EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.astype(DType::f32)).astype(d), {0, 0}));
+  }
+}
+
 }  // namespace
 }  // namespace mixprec
