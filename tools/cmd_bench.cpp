@@ -99,6 +99,11 @@ int run_bench(const BenchArgs& a) {
   int64_t param_count = 0;
   for (const Tensor& p : net->trainable_params()) param_count += p.numel();
 
+  const DType gemm_dtype = level == AmpLevel::O0 || low == DType::f16 ? DType::f32 : low;
+  // The GEMM rate swings with the machine's state (bf16 between ~650 and ~1750 GFLOP/s here),
+  // so it is measured before and after the timed steps and the better figure is the floor's.
+  const double gflops_before = measure_gemm_gflops(gemm_dtype);
+
   for (int64_t i = 0; i < a.warmup; ++i) (void)(*step)(x, y);
   // Activation memory: what the forward pass keeps alive for backward (the graph's saved
   // tensors and outputs), measured as live bytes with the graph held minus live bytes before.
@@ -128,8 +133,7 @@ int run_bench(const BenchArgs& a) {
   const double median = sorted[sorted.size() / 2];
   const double min = sorted.front();
 
-  const DType gemm_dtype = level == AmpLevel::O0 || low == DType::f16 ? DType::f32 : low;
-  const double gflops = measure_gemm_gflops(gemm_dtype);
+  const double gflops = std::max(gflops_before, measure_gemm_gflops(gemm_dtype));
   const double bw = measure_bandwidth_gbs();
   // Bytes a step must move: weights read in forward and backward (low copies at O2/O3), the
   // gradient written and read, momentum read and written, fp32 weights read and written, the
