@@ -12,6 +12,7 @@
 #include "conv_direct.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -29,6 +30,8 @@ constexpr int64_t kCoBlk = 8;   // output channels per block
 constexpr int64_t kMaxK = 7;    // largest kernel side handled
 
 typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+constexpr vi16 kLane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 // The helpers taking and returning v16 are always inlined into the per-ISA kernels, so no v16
 // ever crosses a call boundary and the AVX-512 argument-passing ABI note does not apply
@@ -120,12 +123,21 @@ template <int KW>
 MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp, const Plan& p, int64_t i, float* out) {
   v16 acc[KW];
   for (int j = 0; j < KW; ++j) acc[j] = v16{};
+  // The last block's lanes past ow hold dy = 0 but may read real input columns; a product
+  // 0 * inf would put a NaN in a tap the reference never touches, so those lanes are selected
+  // away rather than multiplied by zero.
+  const int64_t full = p.ow / kCols;
+  const vi16 valid = kLane < static_cast<int32_t>(p.ow - full * kCols);
   for (int64_t oh = 0; oh < p.oh; ++oh) {
     const float* xr = xp + (oh + i) * p.pw;
     const float* dr = dyc + oh * p.owp;
-    for (int64_t b = 0; b < p.nb; ++b) {
+    for (int64_t b = 0; b < full; ++b) {
       const v16 d = load16(dr + b * kCols);
       for (int j = 0; j < KW; ++j) acc[j] += d * load16(xr + b * kCols + j);
+    }
+    if (full < p.nb) {
+      const v16 d = load16(dr + full * kCols);
+      for (int j = 0; j < KW; ++j) acc[j] += valid ? d * load16(xr + full * kCols + j) : v16{};
     }
   }
   for (int j = 0; j < KW; ++j) {

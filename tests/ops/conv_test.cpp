@@ -381,6 +381,30 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
   const Tensor big = full({1, 1, 4, 4}, 60000.0, {.dtype = DType::f16});
   const Tensor y = ops::conv2d(big, ones({2, 1, 3, 3}, {.dtype = DType::f16}));
   EXPECT_TRUE(std::isinf(y.at({0, 1, 0, 0})));
+  // An inf in the last input column, with a partial last block (ow 20): the weight-gradient taps
+  // that never read that column stay finite, as in the reference (the block's spare lanes must
+  // not compute 0 * inf).
+  {
+    std::vector<float> xv = random({1, 1, 4, 20}, 95, DType::f32).to_vector<float>();
+    xv[1 * 20 + 19] = INFINITY;  // row 1, last column
+    const Tensor xi = Tensor::from_vector(xv, {1, 1, 4, 20});
+    const Tensor wi = random({4, 1, 5, 5}, 96, DType::f32).set_requires_grad(true);
+    auto dw_of = [&](const char* impl) {
+      ops::ForceImpl f(impl);
+      const Tensor y = ops::conv2d(xi, wi, Tensor(), pad2);
+      return grad(ops::sum(ops::mul(y, random(y.shape(), 97, DType::f32))), {wi})[0].to_vector<float>();
+    };
+    const std::vector<float> a = dw_of("direct_c1"), r = dw_of("ref");
+    int finite = 0;
+    for (size_t k = 0; k < r.size(); ++k) {
+      EXPECT_EQ(std::isfinite(a[k]), std::isfinite(r[k])) << "dw element " << k;
+      if (std::isfinite(r[k])) {
+        ++finite;
+        EXPECT_NEAR(a[k], r[k], 1e-4 * (1 + std::fabs(r[k]))) << k;
+      }
+    }
+    EXPECT_GT(finite, 0);
+  }
   // Wider layers go to im2col + GEMM, which measures faster there.
   EXPECT_THROW(ops::conv2d(zeros({1, 1, 6, 6}), ones({9, 1, 3, 3})), Error);
 }
