@@ -131,23 +131,9 @@ const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
     {"ref", cpu, accept_all<ConvBwdWeightsProblem>, ref::conv_bwd_weights},
 };
 
-// g * (y > 0), in y's layout (the fused ReLU's backward).
+// The fused ReLU's backward, in y's layout (dy is brought to it first).
 Tensor relu_mask(const Tensor& g, const Tensor& y, ImageLayout layout) {
-  const Tensor gi = to_image(g, layout, y.dtype());
-  if (relu_bits_apply(y) && gi.strides() == y.strides()) return relu_mask_bits(gi, y);  // 16-bit: on the bits
-  Tensor out = empty_image(y.shape(), y.dtype(), layout, y.device());
-  const int64_t n = y.numel();
-  visit_float(y.dtype(), [&]<class T>() {
-    const T* gp = static_cast<const T*>(gi.data_ptr());
-    const T* yp = static_cast<const T*>(y.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      const T g = gp[i];
-      op[i] = load(yp[i]) > 0 ? g : T{};
-    }
-  });
-  return out;
+  return relu_backward(to_image(g, layout, y.dtype()), y);
 }
 
 struct ConvSaved {

@@ -94,9 +94,9 @@ Tensor relu_bits(const Tensor& x) {
   return out;
 }
 
+namespace {
+// out = y > 0 ? g : 0 on the bits; g and y share dtype, shape and strides.
 Tensor relu_mask_bits(const Tensor& g, const Tensor& y) {
-  MIXPREC_ASSERT(g.dtype() == y.dtype() && g.shape() == y.shape() && g.strides() == y.strides(),
-                 "relu_mask_bits: g and y must share dtype, shape and strides");
   Tensor out = empty_output(y.shape(), y.dtype(), y.device(), {&y});
   const auto* gp = static_cast<const uint16_t*>(g.data_ptr());
   const auto* yp = static_cast<const uint16_t*>(y.data_ptr());
@@ -114,6 +114,16 @@ Tensor relu_mask_bits(const Tensor& g, const Tensor& y) {
     }
   });
   return out;
+}
+}  // namespace
+
+Tensor relu_backward(const Tensor& g, const Tensor& y) {
+  if (relu_bits_apply(y) && g.dtype() == y.dtype() && g.shape() == y.shape() && g.strides() == y.strides())
+    return relu_mask_bits(g, y);
+  return map2(g, y, g.dtype(), [](auto v, auto yi) {
+    const decltype(v) keep = v;  // loaded unconditionally: the select vectorises
+    return yi > 0 ? keep : decltype(v)(0);
+  }, "relu");
 }
 
 void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype) {
@@ -390,14 +400,7 @@ Tensor relu(const Tensor& x0) {
   if (graph::needs_grad({&x})) {
     SavedTensor so(out.detach());
     record(OpId::relu, {x}, out, [so](const std::vector<Tensor>& g) {
-      const Tensor y = so.unpack("relu");
-      const Tensor& gi = g[0];
-      if (relu_bits_apply(y) && gi.dtype() == y.dtype() && gi.shape() == y.shape() && gi.strides() == y.strides())
-        return std::vector<Tensor>{relu_mask_bits(gi, y)};
-      return std::vector<Tensor>{map2(gi, y, gi.dtype(), [](auto v, auto yi) {
-        const decltype(v) keep = v;  // loaded unconditionally: the select vectorises
-        return yi > 0 ? keep : decltype(v)(0);
-      }, "relu")};
+      return std::vector<Tensor>{relu_backward(g[0], so.unpack("relu"))};
     });
   }
   return finish(OpId::relu, p, out, x.dtype());

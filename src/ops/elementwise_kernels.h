@@ -203,11 +203,13 @@ Tensor map3(const Tensor& a, const Tensor& b, const Tensor& c, DType out_dtype, 
 // passes g where y > 0 (1 <= bits <= +inf's bits) and gives +0 elsewhere, NaN outputs included
 // (PyTorch's threshold_backward). Exactly what the f32 path computes, without the conversions.
 
-// True if relu_bits/relu_mask_bits apply: f16 or bf16 tensors occupying one dense block.
+// True if the bit kernels apply: f16 or bf16 tensors occupying one dense block.
 bool relu_bits_apply(const Tensor& x);
 // out = relu(x) into a new tensor in x's layout.
 Tensor relu_bits(const Tensor& x);
-// out = y > 0 ? g : 0; g and y share dtype, shape and strides (relu_bits_apply on both).
-Tensor relu_mask_bits(const Tensor& g, const Tensor& y);
+// ReLU's gradient from its output: y > 0 ? g : +0, in g's dtype (the separate op and the ReLU
+// fused into conv2d and dense all use this). On the bits when g and y share a 16-bit dtype and
+// a dense layout, else through the elementwise engine.
+Tensor relu_backward(const Tensor& g, const Tensor& y);
 
 }  // namespace mixprec::ops::detail

@@ -220,13 +220,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
     const Shape x_shape = x.shape();
     record(OpId::linear, {x, w, bias}, y, [=](const std::vector<Tensor>& g) {
       Tensor g2 = g[0].reshape({rows, out_features});
-      if (relu) {  // the fused relu's gradient: pass where the output is positive
-        const Tensor yv = sy.unpack("linear");
-        if (relu_bits_apply(yv) && g2.dtype() == yv.dtype() && g2.strides() == yv.strides())
-          g2 = relu_mask_bits(g2, yv);
-        else
-          g2 = map2(g2, yv, g2.dtype(), [](auto gi, auto yi) { return yi > 0 ? gi : decltype(gi)(0); }, "linear");
-      }
+      if (relu) g2 = relu_backward(g2, sy.unpack("linear"));  // the fused relu's gradient
       const DType acc = acc_dtype(dt);
       Tensor dx, dw, db;
       if (gx) dx = run_matmul(OpId::linear, "backward_data", g2, sw.unpack("linear"), {}, false, dt).reshape(x_shape);
