@@ -8,12 +8,14 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   g++ cmake ninja-build pkg-config      # toolchain
   libdnnl-dev                           # oneDNN 2.6: fast f32/bf16 CPU kernels
+  opencl-headers ocl-icd-opencl-dev     # Debian's dnnl-config.cmake requires OpenCL to configure
   zlib1g-dev                            # reading .gz IDX datasets
   nlohmann-json3-dev libfmt-dev         # reports, checkpoint headers, formatting
   libcli11-dev                          # the command line
   libgtest-dev googletest libbenchmark-dev  # tests and benchmarks
   dataset-fashion-mnist                 # the default training data
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
+  chromium                              # tests: the HTML run report rendered in a real browser
 )
 
 missing=()
