@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Screenshots a `mixprec report` HTML page with headless Chromium (/usr/bin/chromium, Debian
-# package `chromium`, not installed by scripts/setup.sh: it is large). Offline: networking,
+# package `chromium`, installed by scripts/setup.sh). Offline: networking,
 # updates and sync are off, and a throw-away profile is used. Fails clearly when Chromium is
 # missing or writes no image. Usage: bash scripts/render_report.sh REPORT.html OUT.png
 #   (env CHROMIUM overrides the browser path, WINDOW_SIZE the viewport, default 1400,2400)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-step set-up on Debian 12, as root: installs the Debian packages mixprec needs (only those
 # missing, so it is idempotent and fast the second time), then configures and builds ./build.
-# Usage: bash scripts/setup.sh            (env BUILD_DIR, BUILD_TYPE, JOBS override defaults)
+# Usage: bash scripts/setup.sh            (env BUILD_DIR, BUILD_TYPE, JOBS override defaults;
+#        SETUP_ONLY_PACKAGES=1 installs the packages and stops; extra arguments go to cmake)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+if [ "${SETUP_ONLY_PACKAGES:-0}" = 1 ]; then exit 0; fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}

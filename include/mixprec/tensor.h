@@ -60,6 +60,10 @@ struct TensorImpl {
   int64_t offset = 0;
   DType dtype = DType::f32;
   std::shared_ptr<AutogradMeta> autograd;  // null unless autograd tracks this tensor
+  // Set when the user chose this dtype explicitly (astype / ops::cast) or it derives from such a
+  // tensor: the id of the cell call it happened in (ops/autocast.h, "the explicit-cast rule").
+  // 0 when AMP may choose the dtype.
+  uint64_t explicit_dtype_scope = 0;
 };
 
 class Tensor {

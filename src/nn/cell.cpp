@@ -25,6 +25,13 @@ Tensor Cell::construct(const Tensor&, const Tensor&) {
 template <class Fn>
 Tensor Cell::call(Fn&& fn) {
   CellPathScope path(name_);
+  // Explicit casts made in this call hold until it returns (ops/autocast.h). A cell with its own
+  // precision does not see those of its callers, and neither does any cell inside an O2/O3
+  // network or a to_float cell: MindSpore flags all of those cells (to_float is recursive) and a
+  // flagged cell casts its inputs at its boundary.
+  const AutocastState& outer = autocast_state();
+  const bool flagged = outer.forced.has_value() || outer.level == AmpLevel::O2 || outer.level == AmpLevel::O3;
+  CellCallScope call_scope(amp_.has_value() || float_dtype_.has_value() || flagged);
   std::optional<AutocastScope> amp_scope, float_scope;
   if (amp_) amp_scope.emplace(amp_->state);
   if (float_dtype_) {

@@ -4,6 +4,7 @@
 #include "mixprec/ops/autocast.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 
 #include "mixprec/error.h"
@@ -14,6 +15,16 @@ namespace {
 thread_local AutocastState t_state;
 thread_local std::vector<OpRecord>* t_recorder = nullptr;
 thread_local std::string t_cell_path;
+
+// The running cell calls of this thread, innermost last. Ids are unique in the process, so a mark
+// made on another thread or in a call that has returned is never on the stack.
+struct CellCall {
+  uint64_t id;
+  bool boundary;
+};
+thread_local std::vector<CellCall> t_calls;
+constexpr uint64_t kOutsideCells = 1;  // the id of marks made outside any cell call
+std::atomic<uint64_t> g_next_call_id{kOutsideCells + 1};
 
 }  // namespace
 
@@ -53,16 +64,21 @@ AmpPolicy effective_policy(OpId op) {
   return o ? *o : op_info(op).policy;
 }
 
-CastDecision autocast_decision(OpId op, const std::vector<DType>& float_inputs) {
+CastDecision autocast_decision(OpId op, const std::vector<DType>& float_inputs,
+                               std::optional<DType> explicit_dtype) {
   const AutocastState& s = t_state;
   const OpInfo& info = op_info(op);
   if (info.kind == OpKind::layout || float_inputs.empty()) return {};
   const bool norm = info.kind == OpKind::norm;
   const DType low = s.low;
-  if (s.forced) {
-    if (norm && s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
-    return {.input = *s.forced};
+  if (explicit_dtype) {  // the user's cast wins over the level, its lists and to_float
+    // A norm fed a low tensor the user chose still keeps fp32 parameters and statistics where
+    // the level asks for it; its activations stay in the user's dtype.
+    if (norm && s.keep_norm_fp32 && !s.forced && is_low_precision(*explicit_dtype))
+      return {.norm_fp32_mixed_io = true};
+    return {.input = *explicit_dtype};
   }
+  if (s.forced) return {.input = *s.forced};  // to_float wins over the lists, norms included
   const AmpPolicy policy = effective_policy(op);
   switch (s.level) {
     case AmpLevel::O0:
@@ -97,6 +113,28 @@ CastDecision autocast_decision(OpId op, const std::vector<DType>& float_inputs) 
 
 AutocastScope::AutocastScope(const AutocastState& state) : prev_(t_state) { t_state = state; }
 AutocastScope::~AutocastScope() { t_state = prev_; }
+
+// ------------------------------------------------------------------ the explicit-cast rule
+
+CellCallScope::CellCallScope(bool precision_boundary) {
+  t_calls.push_back({g_next_call_id.fetch_add(1, std::memory_order_relaxed), precision_boundary});
+}
+CellCallScope::~CellCallScope() { t_calls.pop_back(); }
+
+bool has_explicit_dtype(const Tensor& t) {
+  const uint64_t mark = t.defined() ? t.impl()->explicit_dtype_scope : 0;
+  if (mark == 0) return false;
+  for (size_t i = t_calls.size(); i-- > 0;) {
+    if (t_calls[i].id == mark) return true;
+    if (t_calls[i].boundary) return false;  // made outside the cell that sets its own precision
+  }
+  return mark == kOutsideCells;
+}
+
+void mark_explicit_dtype(const Tensor& t) {
+  if (!t.defined() || has_explicit_dtype(t)) return;
+  t.impl()->explicit_dtype_scope = t_calls.empty() ? kOutsideCells : t_calls.back().id;
+}
 
 // ------------------------------------------------------------------ cast cache
 

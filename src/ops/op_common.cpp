@@ -10,6 +10,11 @@ Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   Prepared p;
   if (op_recording())
     for (const Tensor& t : inputs) p.is_param.push_back(t.defined() && t.is_leaf() && t.requires_grad());
+  std::optional<DType> explicit_dtype;
+  for (const Tensor& t : inputs)
+    if (t.defined() && is_floating(t.dtype()) && has_explicit_dtype(t))
+      explicit_dtype = explicit_dtype ? promote(*explicit_dtype, t.dtype()) : t.dtype();
+  p.explicit_dtype = explicit_dtype.has_value();
   if (!autocast_active()) {
     p.in = std::move(inputs);
     return p;
@@ -17,14 +22,19 @@ Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   std::vector<DType> float_dtypes;
   for (const Tensor& t : inputs)
     if (t.defined() && is_floating(t.dtype())) float_dtypes.push_back(t.dtype());
-  p.decision = autocast_decision(op, float_dtypes);
+  p.decision = autocast_decision(op, float_dtypes, explicit_dtype);
   p.in = std::move(inputs);
   if (p.decision.input) {
     for (Tensor& t : p.in)
       if (t.defined() && is_floating(t.dtype()) && t.dtype() != *p.decision.input)
-        t = cast(t, *p.decision.input);
+        t = level_cast(t, *p.decision.input);
   }
   return p;
+}
+
+void carry_explicit_dtype(std::initializer_list<const Tensor*> inputs, const Tensor& out) {
+  for (const Tensor* t : inputs)
+    if (t && has_explicit_dtype(*t)) return mark_explicit_dtype(out);
 }
 
 Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64_t flops) {
@@ -44,7 +54,8 @@ Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64
     }
   }
   if (p.decision.output && is_floating(out.dtype()) && out.dtype() != *p.decision.output)
-    out = cast(out, *p.decision.output);
+    out = level_cast(out, *p.decision.output);
+  if (p.explicit_dtype) mark_explicit_dtype(out);
   if (op_recording()) {
     OpRecord r{op, current_cell_path(), {}, {}, compute_dtype, out.dtype(), flops,
                !p.in.empty() && p.in[0].defined() && p.in[0].requires_grad()};

@@ -18,6 +18,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   const Shape target = mixprec::detail::infer_reshape(shape, x.numel());
   std::optional<Tensor> v = mixprec::detail::raw_try_view(x, target);
   Tensor out = v ? *v : mixprec::detail::raw_view(mixprec::detail::raw_copy(x, x.dtype()), target);
+  carry_explicit_dtype({&x}, out);
   if (graph::needs_grad({&x})) {
     const Shape in_shape = x.shape();
     record(OpId::view, {x}, out, [in_shape](const std::vector<Tensor>& g) {
@@ -65,6 +66,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   Tensor out = mixprec::detail::raw_permute(x, dims);
+  carry_explicit_dtype({&x}, out);
   if (graph::needs_grad({&x})) {
     std::vector<int64_t> inverse(dims.size());
     for (size_t i = 0; i < dims.size(); ++i)
@@ -95,6 +97,7 @@ static Tensor scatter_slice(const Tensor& g, const Shape& shape, int64_t dim, in
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   Tensor out = mixprec::detail::raw_slice(x, dim, start, end, step);
+  carry_explicit_dtype({&x}, out);
   if (graph::needs_grad({&x})) {
     const Shape in_shape = x.shape();
     record(OpId::slice, {x}, out, [=](const std::vector<Tensor>& g) {
@@ -136,6 +139,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
       at += n;
     }
   }
+  for (const Tensor& t : xs) carry_explicit_dtype({&t}, out);
   if (graph::needs_grad(xs)) {
     std::vector<DType> dtypes;
     for (const Tensor& t : xs) dtypes.push_back(t.dtype());
@@ -166,6 +170,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
     st[lead + i] = from == 1 ? 0 : x.strides()[i];
   }
   Tensor out = Tensor::from_storage(x.storage(), shape, st, x.offset(), x.dtype());
+  carry_explicit_dtype({&x}, out);
   if (graph::needs_grad({&x})) {
     const Shape in_shape = x.shape();
     record(OpId::broadcast_to, {x}, out, [in_shape](const std::vector<Tensor>& g) {
@@ -180,6 +185,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor out = mixprec::detail::raw_copy(x, x.dtype());
+  carry_explicit_dtype({&x}, out);
   if (graph::needs_grad({&x})) {
     record(OpId::contiguous, {x}, out, [](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{g[0]};
@@ -188,8 +194,8 @@ Tensor contiguous(const Tensor& x) {
   return out;
 }
 
-Tensor cast(const Tensor& x, DType dtype) {
-  if (x.dtype() == dtype) return x;
+namespace {
+Tensor convert(const Tensor& x, DType dtype) {
   MIXPREC_CHECK(!x.requires_grad() || is_floating(dtype), "cast: cannot cast a tensor that "
                 "requires grad to the non-floating dtype ", dtype_name(dtype),
                 Hint{"detach() it first"});
@@ -219,11 +225,34 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (graph::needs_grad({&x})) {
     const DType src = x.dtype();
     record(OpId::cast, {x}, out, [src](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{cast(g[0], src)};
+      return std::vector<Tensor>{detail::level_cast(g[0], src)};
     }, /*accepts_any_grad_dtype=*/true);
   }
   if (op_recording())
     record_op(OpRecord{OpId::cast, current_cell_path(), {x.dtype()}, {}, dtype, dtype, 0, false});
+  return out;
+}
+}  // namespace
+
+Tensor detail::level_cast(const Tensor& x, DType dtype) {
+  return x.dtype() == dtype ? x : convert(x, dtype);
+}
+
+// The user's cast: converts, and marks the result as an explicit dtype choice. Casting to the
+// dtype x already has still marks it, on an alias, so that x's other uses are not affected.
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() != dtype) {
+    Tensor out = convert(x, dtype);
+    mark_explicit_dtype(out);
+    return out;
+  }
+  if (has_explicit_dtype(x)) return x;
+  Tensor out = Tensor::from_storage(x.storage(), x.shape(), x.strides(), x.offset(), x.dtype());
+  if (graph::needs_grad({&x})) {
+    record(OpId::cast, {x}, out, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; },
+           /*accepts_any_grad_dtype=*/true);
+  }
+  mark_explicit_dtype(out);
   return out;
 }
 
@@ -245,6 +274,7 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
 Tensor Tensor::contiguous() const { return ops::contiguous(*this); }
 Tensor Tensor::clone() const {
   Tensor out = detail::raw_copy(*this, dtype());
+  ops::detail::carry_explicit_dtype({this}, out);
   if (graph::needs_grad({this})) {
     ops::detail::record(OpId::contiguous, {*this}, out, [](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{g[0]};

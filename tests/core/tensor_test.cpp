@@ -112,7 +112,14 @@ TEST(Tensor, ReshapeViewsWhenPossibleAndCopiesOtherwise) {
 
 TEST(Tensor, AstypeRoundsAndCopiesOnlyWhenNeeded) {
   const Tensor t = Tensor::from_vector<float>({1.0f, 65520.0f, 1.0f / 3.0f, -0.0f}, {4});
-  EXPECT_TRUE(t.astype(DType::f32).same(t));
+  // To its own dtype: no copy, but an alias (same storage and layout) carrying the user's explicit
+  // choice of dtype for AMP (ops/autocast.h), so that t itself stays unmarked.
+  const Tensor same = t.astype(DType::f32);
+  EXPECT_EQ(same.data_ptr(), t.data_ptr());
+  EXPECT_EQ(same.storage(), t.storage());
+  EXPECT_EQ(same.strides(), t.strides());
+  EXPECT_TRUE(has_explicit_dtype(same));
+  EXPECT_FALSE(has_explicit_dtype(t));
   const Tensor h = t.astype(DType::f16);
   EXPECT_EQ(h.dtype(), DType::f16);
   const f16* hp = h.data<f16>();

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The fixture report renders in headless Chromium (scripts/render_report.sh) to a real PNG that is
-# not tiny. Chromium is optional (not in scripts/setup.sh): without /usr/bin/chromium this test
-# exits 77, which CTest reports as skipped (SKIP_RETURN_CODE).
+# not tiny. scripts/setup.sh installs Chromium (Debian package `chromium`); a missing browser
+# fails this test, it never skips.
 # Usage: render_test.sh MIXPREC FIXTURE_DIR RENDER_SCRIPT
 set -uo pipefail
 M="$1"
 FX="$2"
 RENDER="$3"
 if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
-  echo "chromium is not installed: skipping (apt-get install chromium to run this test)"
-  exit 77
+  echo "FAIL: chromium is not installed (scripts/setup.sh installs it: apt-get install chromium)"
+  exit 1
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -98,7 +98,38 @@ struct CastDecision {
 const AutocastState& autocast_state();
 bool autocast_active();
 AmpPolicy effective_policy(OpId op);
-CastDecision autocast_decision(OpId op, const std::vector<DType>& float_input_dtypes);
+// `explicit_dtype`: the promoted dtype of the inputs whose dtype the user chose (see below);
+// when set, the level casts the other floating inputs to it and nothing else.
+CastDecision autocast_decision(OpId op, const std::vector<DType>& float_input_dtypes,
+                               std::optional<DType> explicit_dtype = std::nullopt);
+
+// ------------------------------------------------------------------ the explicit-cast rule
+// A level decides where casts go; it never overrides a cast the user wrote. `x.astype(d)` and
+// `ops::cast(x, d)` mark their result as having an explicit dtype; every op with such an input
+// runs in that dtype (other floating inputs, weights included, are cast to it) and marks its
+// output too, so after `x.astype(f32)` the ops that follow run in f32 until something casts back.
+// The mark is scoped like MindSpore's (GRAPH_MODE) cell-boundary casts: it holds in the cell call
+// that made it, not in the caller once the tensor is returned (the caller's level applies again),
+// and not inside a cell that casts its inputs at its boundary: one with its own precision (an AMP
+// configuration or to_float), or any cell of an O2/O3 network or of a to_float cell, which
+// MindSpore flags recursively. Only at O1/auto (per-op casts, no cell flags) does it reach into
+// sub-cells.
+
+// One cell call (nn::Cell pushes it around construct); `precision_boundary` for cells with an
+// AMP configuration or to_float(). Marks made inside it are honoured only while it is running.
+class CellCallScope {
+ public:
+  explicit CellCallScope(bool precision_boundary);
+  ~CellCallScope();
+  CellCallScope(const CellCallScope&) = delete;
+  CellCallScope& operator=(const CellCallScope&) = delete;
+};
+// True when `t`'s dtype was chosen explicitly in the current cell call or one of its callers up
+// to the nearest precision boundary.
+bool has_explicit_dtype(const Tensor& t);
+// Marks `t` (its TensorImpl, shared by copies of the handle) as explicit in the current call;
+// a mark that is already honoured here is kept (it may belong to a caller, which must still see it).
+void mark_explicit_dtype(const Tensor& t);
 
 // Pushes a state for its lifetime. Nested scopes see the state of the innermost one.
 class AutocastScope {
