@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -54,7 +55,7 @@ long long temp_owner(const std::string& file, const std::string& stem) {
   ++p;
   long long pid = 0;
   const auto [q, ec] = std::from_chars(p, end, pid);
-  if (ec != std::errc() || q == p || pid <= 0) return -1;
+  if (ec != std::errc() || q == p || pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return -1;
   if (q == end) return pid;
   return (*q == '.' && all_digits(q + 1, end)) ? pid : -1;
 }
@@ -115,7 +116,10 @@ void write_all(const fs::path& dest, TempFile& tmp, std::string_view bytes) {
   while (n > 0) {
     const ssize_t w = ::write(tmp.fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(dest, "cannot write (temporary " + tmp.path.filename().string() + ")", errno);
+    if (w < 0) {
+      const int err = errno;  // read before building the message, which may allocate
+      fail(dest, "cannot write (temporary " + tmp.path.filename().string() + ")", err);
+    }
     if (w == 0) fail(dest, "cannot write (temporary " + tmp.path.filename().string() + ", no progress)", EIO);
     p += w;
     n -= static_cast<size_t>(w);
@@ -160,12 +164,21 @@ void write_file_atomic(const fs::path& path, std::span<const std::string_view> p
     fail(path, "cannot create a temporary file in " + dir.string(), err);
   }
   for (std::string_view piece : pieces) write_all(path, tmp, piece);
-  if (::fsync(tmp.fd) != 0) fail(path, "fsync failed", errno);
+  if (::fsync(tmp.fd) != 0) {
+    const int err = errno;
+    fail(path, "fsync failed", err);
+  }
   const int fd = tmp.fd;
   tmp.fd = -1;
-  if (::close(fd) != 0) fail(path, "close failed", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    fail(path, "close failed", err);
+  }
   if (g_failpoint) g_failpoint(tmp.path);
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0) fail(path, "cannot replace it with the written temporary", errno);
+  if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    fail(path, "cannot replace it with the written temporary", err);
+  }
   tmp.renamed = true;
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
