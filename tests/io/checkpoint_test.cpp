@@ -1,17 +1,16 @@
 // Checkpoints: round trips in every dtype, fp32 files from O2 networks, O0 -> O2 -> file
-// identity, load reports and strictness, crash safety (a child killed mid-save leaves the old
-// file intact), and hostile files (each case gives an Error naming the file and the field).
+// identity, load_param_into_net's lists, warnings, prefix handling and refusals, and hostile
+// files (each case gives an Error naming the file and the field). Crash safety: file_test.cpp.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
+#include "test_util.h"
 
 namespace mixprec {
 namespace {
@@ -81,15 +80,6 @@ std::string stderr_of(Fn&& fn) {
   return ::testing::internal::GetCapturedStderr();
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(LoadParamIntoNet, ReturnsBothListsLikeMindSporeAndWarnsByDefault) {
   nn::Dense d(3, 2);
   const std::map<std::string, Tensor> param_dict{{"weight", ones({2, 3})}, {"extra", zeros({1})}};
@@ -106,7 +96,7 @@ TEST(LoadParamIntoNet, ReturnsBothListsLikeMindSporeAndWarnsByDefault) {
   EXPECT_NE(err.find("(param_not_load): bias"), std::string::npos) << err;
   EXPECT_NE(err.find("(ckpt_not_load): extra"), std::string::npos) << err;
   EXPECT_EQ(stderr_of([&] { (void)io::load_param_into_net(d, param_dict, {.warn = false}); }), "");
-  const std::string strict = error_of([&] { io::load_param_into_net(d, param_dict, {.strict = true}); });
+  const std::string strict = testing::error_text([&] { io::load_param_into_net(d, param_dict, {.strict = true}); });
   EXPECT_NE(strict.find("missing from the parameters given: bias"), std::string::npos) << strict;
 }
 
@@ -114,7 +104,7 @@ TEST(LoadParamIntoNet, WrongShapeIsAnErrorAndLoadsNothing) {
   nn::Dense d(3, 2);
   const auto w0 = d.weight.to_vector<float>(), b0 = d.bias.to_vector<float>();
   const std::map<std::string, Tensor> wrong{{"weight", ones({3, 3})}, {"bias", ones({2})}};
-  const std::string err = error_of([&] { io::load_param_into_net(d, wrong); });
+  const std::string err = testing::error_text([&] { io::load_param_into_net(d, wrong); });
   EXPECT_NE(err.find("shape mismatch"), std::string::npos) << err;
   EXPECT_NE(err.find("weight: given [3, 3], network [2, 3]"), std::string::npos) << err;
   EXPECT_EQ(d.weight.to_vector<float>(), w0);
@@ -127,7 +117,7 @@ TEST(LoadParamIntoNet, IntegerTensorIntoFloatParameterIsRefusedNamingBothDtypes)
   const std::map<std::string, Tensor> ints{{"weight", Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3})},
                                            {"bias", zeros({2})}};
   for (bool strict : {false, true}) {
-    const std::string err = error_of([&] { io::load_param_into_net(d, ints, {.strict = strict}); });
+    const std::string err = testing::error_text([&] { io::load_param_into_net(d, ints, {.strict = strict}); });
     EXPECT_NE(err.find("weight: given i32, network expects f32"), std::string::npos) << err;
     EXPECT_EQ(d.weight.to_vector<float>(), w0);
   }
@@ -151,7 +141,7 @@ TEST(LoadParamIntoNet, CheckpointNamePrefixIsRemovedWithAWarningAndStrictNamesIt
   for (auto& [n, t] : src->state_and_names()) prefixed.emplace("network." + n, t.detach().clone());
   manual_seed(1);
   auto net = nn::make_model("lenet");
-  const std::string strict = error_of([&] { io::load_param_into_net(*net, prefixed, {.strict = true}); });
+  const std::string strict = testing::error_text([&] { io::load_param_into_net(*net, prefixed, {.strict = true}); });
   EXPECT_NE(strict.find("prefix 'network.'"), std::string::npos) << strict;
   io::LoadReport rep;
   const std::string err = stderr_of([&] { rep = io::load_param_into_net(*net, prefixed); });
@@ -189,32 +179,6 @@ TEST(LoadParamIntoNet, Fp32CheckpointLoadsStrictlyIntoO3Network) {
   EXPECT_EQ(io::load_param_into_net(*net, params, {.strict = true}).loaded, static_cast<int64_t>(params.size()));
   for (auto& [n, t] : net->state_and_names())
     EXPECT_EQ(t.astype(DType::f32).to_vector<float>(), params.at(n).astype(t.dtype()).astype(DType::f32).to_vector<float>()) << n;
-}
-
-void slow_failpoint(const fs::path&) {
-  ::_exit(3);  // simulate a crash after the temporary file, before the rename
-}
-
-TEST(Checkpoint, CrashDuringSaveKeepsTheOldFile) {
-  const fs::path p = temp_dir() / "crash.safetensors";
-  manual_seed(0);
-  nn::Dense d(8, 8);
-  io::save_checkpoint(d, p);
-  const auto before = io::load_checkpoint(p).at("weight").to_vector<float>();
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    io::set_write_failpoint(slow_failpoint);
-    NoGradGuard ng;
-    d.weight.detach().fill_(9.0);
-    io::save_checkpoint(d, p);
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 3) << "the child died at the failpoint";
-  EXPECT_EQ(io::load_checkpoint(p).at("weight").to_vector<float>(), before);
 }
 
 // ---------------------------------------------------------------- hostile files
@@ -288,7 +252,7 @@ TEST(Safetensors, ForeignFilesAreNotSafetensorsNamingWhatWasFound) {
   // Through the file API too, naming the file.
   const fs::path p = temp_dir() / "notes.txt";
   std::ofstream(p) << "epoch 1: loss 0.5\n";
-  const std::string err = error_of([&] { io::load_checkpoint(p); });
+  const std::string err = testing::error_text([&] { io::load_checkpoint(p); });
   EXPECT_NE(err.find(p.string() + ": not a safetensors file: found text \"epoch 1: loss 0.5 \""), std::string::npos) << err;
 }
 

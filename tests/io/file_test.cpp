@@ -1,7 +1,8 @@
 // io::write_file_atomic and the cleanup of temporaries: every failure (no directory, a parent
 // that is a file, a file-size limit, a full tmpfs, a directory in the way) throws naming the
 // path and the OS reason, keeps the previous file and leaves no temporary; a writer killed
-// mid-save leaves a temporary that the next save or read removes, while a live writer's stays.
+// mid-save (kill -9 at the failpoint) leaves the previous file intact and a temporary that the
+// next save or read removes, while a live writer's stays.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -18,6 +19,7 @@
 #include <set>
 
 #include "mixprec/mixprec.h"
+#include "test_util.h"
 
 namespace mixprec {
 namespace {
@@ -45,14 +47,9 @@ std::set<std::string> listing(const fs::path& dir) {
 
 void touch(const fs::path& p, const std::string& text = "partial") { std::ofstream(p) << text; }
 
-// Runs write_file_atomic and returns the error's text ("" if it succeeded).
+// Runs write_file_atomic and returns the error's text.
 std::string write_error(const fs::path& p, std::string_view contents) {
-  try {
-    io::write_file_atomic(p, contents);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_text([&] { io::write_file_atomic(p, contents); });
 }
 
 TEST(WriteFileAtomic, ReplacesTheWholeFileFromPiecesAndLeavesOnlyIt) {

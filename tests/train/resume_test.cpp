@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <functional>
 #include <tuple>
 
 #include "mixprec/mixprec.h"
 #include "mixprec/train/checkpoint.h"
+#include "test_util.h"
 
 namespace mixprec {
 namespace {
@@ -37,15 +37,6 @@ struct DropNet : nn::Cell {
 std::shared_ptr<nn::Cell> make(const std::string& name) {
   if (name == "dropnet") return std::make_shared<DropNet>();
   return nn::make_model(name);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 RunResult train(const std::string& net_name, const std::string& level, int64_t steps, const std::string& save_to,
@@ -110,7 +101,7 @@ TEST(Resume, RefusesMismatchedRunsWithClearErrors) {
   EXPECT_THROW(train::load_training_state(path, wrong_opt), Error);
   nn::Momentum mom(net->trainable_params(), 0.1, 0.9);
   train::Model wrong_level(*net, loss_fn, mom, {.amp_level = "O2"});
-  const std::string level_err = error_of([&] { train::load_training_state(path, wrong_level); });
+  const std::string level_err = testing::error_text([&] { train::load_training_state(path, wrong_level); });
   EXPECT_NE(level_err.find("saved at amp_level O0 but the Model's amp_level is O2"), std::string::npos) << level_err;
   EXPECT_EQ(level_err.find("--"), std::string::npos) << "the library names no CLI flag: " << level_err;
   auto other = nn::make_model("mlp");
@@ -121,7 +112,7 @@ TEST(Resume, RefusesMismatchedRunsWithClearErrors) {
   EXPECT_NO_THROW(io::load_param_into_net(*net, io::load_checkpoint(path), {.strict = true}));
   const auto weights_only = path + ".weights.safetensors";
   io::save_checkpoint(*net, weights_only);
-  const std::string plain_err = error_of([&] { train::load_training_state(weights_only, wrong_opt); });
+  const std::string plain_err = testing::error_text([&] { train::load_training_state(weights_only, wrong_opt); });
   EXPECT_NE(plain_err.find("not a training-state checkpoint"), std::string::npos) << plain_err;
   EXPECT_NE(plain_err.find("save_training_state"), std::string::npos) << plain_err;
   EXPECT_EQ(plain_err.find("mixprec train"), std::string::npos) << "the library names no CLI command: " << plain_err;
@@ -179,7 +170,7 @@ TEST(Resume, BadMetadataValuesAreRefusedNamingFileAndFieldAndRestoreNothing) {
                        {.amp_level = "O2", .loss_scale_manager = amp::DynamicLossScaleManager(65536.0, 2.0, 3),
                         .dtype = DType::f16});
     const auto before = net->state_and_names().front().second.to_vector<float>();
-    const std::string err = error_of([&] { train::load_training_state(path, model); });
+    const std::string err = testing::error_text([&] { train::load_training_state(path, model); });
     const std::string what = key + " = " + (value ? "'" + std::string(value) + "'" : "(missing)");
     EXPECT_NE(err.find(path), std::string::npos) << what << ": " << err;
     EXPECT_NE(err.find("'" + key + "'"), std::string::npos) << what << ": " << err;
