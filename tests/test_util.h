@@ -1,10 +1,12 @@
-// Shared test helpers: tolerance table per dtype, and element-wise comparison of tensors against
-// an oracle with a readable failure message (first mismatching index, values, tolerance).
+// Shared test helpers: tolerance table per dtype, element-wise comparison of tensors against
+// an oracle with a readable failure message (first mismatching index, values, tolerance), and
+// the text of the mixprec::Error a call throws.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "mixprec/mixprec.h"
@@ -53,6 +55,16 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& 
 
 inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected) {
   return all_close(actual, expected, tolerance_for(actual.dtype()));
+}
+
+// The what() of the mixprec::Error that fn throws, or "(no error)".
+inline std::string error_text(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace mixprec::testing

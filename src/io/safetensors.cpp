@@ -1,24 +1,19 @@
 // safetensors reader and writer (see include/mixprec/io/safetensors.h for the guarantees).
 #include "mixprec/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
+#include <set>
+#include <string_view>
 
 #include "mixprec/error.h"
+#include "mixprec/io/file.h"
 
 namespace mixprec::io {
 namespace {
-
-void (*g_failpoint)(const std::filesystem::path&) = nullptr;
 
 struct DtypeName {
   const char* name;
@@ -52,6 +47,70 @@ void check_finite(const Tensor& t, const std::string& name, std::vector<std::str
   if (bad) warnings.push_back("tensor '" + name + "' holds " + std::to_string(bad) + " NaN/inf values");
 }
 
+// What a foreign file looks like, for "not a safetensors file: found ...": a known signature,
+// else text (quoted, cut at 32 characters), else the first bytes in hex.
+std::string describe_bytes(const uint8_t* b, size_t n) {
+  const std::string_view head(reinterpret_cast<const char*>(b), std::min<size_t>(n, 16));
+  struct Magic {
+    std::string_view prefix;
+    const char* what;
+  };
+  static constexpr Magic kMagics[] = {
+      {"\x89PNG\r\n\x1a\n", "a PNG image"}, {"\xff\xd8\xff", "a JPEG image"}, {"\x1f\x8b", "gzip data"},
+      {"PK\x03\x04", "a zip archive (a PyTorch .pt/.pth file is one)"}, {"\x93NUMPY", "a NumPy .npy array"},
+      {"\x89HDF", "an HDF5 file (Keras .h5?)"}, {"\x7f" "ELF", "an ELF executable"},
+      {std::string_view("\0\0\x08", 3), "an IDX file (MNIST data, unsigned bytes)"}};
+  for (const auto& m : kMagics)
+    if (head.substr(0, m.prefix.size()) == m.prefix) return m.what;
+  if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5) return "a Python pickle (a PyTorch checkpoint?)";
+  const size_t shown = std::min<size_t>(n, 32);
+  bool text = true;
+  for (size_t i = 0; i < shown && text; ++i) text = (b[i] >= 0x20 && b[i] < 0x7f) || b[i] == '\n' || b[i] == '\r' || b[i] == '\t';
+  if (text) {
+    std::string t;
+    for (size_t i = 0; i < shown; ++i) t += (b[i] == '\n' || b[i] == '\r' || b[i] == '\t') ? ' ' : static_cast<char>(b[i]);
+    return "text \"" + t + (n > shown ? "...\"" : "\"");
+  }
+  std::string hex = "bytes";
+  char buf[4];
+  for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) {
+    std::snprintf(buf, sizeof buf, " %02x", b[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+// Parses the JSON header, refusing a key repeated in any object: JSON parsers keep the last of
+// two equal keys, so a repeated tensor name would silently replace the first.
+nlohmann::json parse_header(const uint8_t* p, uint64_t n, const std::string& file) {
+  struct Level {
+    std::set<std::string> keys;
+    std::string last;
+  };
+  std::vector<Level> open;
+  auto where = [&] {
+    if (open.size() <= 1) return std::string("header");
+    return open[0].last == "__metadata__" ? std::string("__metadata__") : "tensor '" + open[0].last + "'";
+  };
+  using Event = nlohmann::json::parse_event_t;
+  auto cb = [&](int, Event ev, nlohmann::json& parsed) {
+    if (ev == Event::object_start) open.emplace_back();
+    if (ev == Event::object_end && !open.empty()) open.pop_back();
+    if (ev == Event::key && !open.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (!open.back().keys.insert(key).second)
+        fail(file, where(), "key '" + key + "' appears twice (each name may appear once; a reader would keep only one)");
+      open.back().last = key;
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(p, p + n, cb);
+  } catch (const nlohmann::json::exception& e) {
+    fail(file, "header", std::string("not valid JSON: ") + e.what());
+  }
+}
+
 }  // namespace
 
 std::string safetensors_dtype(DType d) {
@@ -63,19 +122,21 @@ std::string safetensors_dtype(DType d) {
 
 SafetensorsFile parse_safetensors(const uint8_t* bytes, size_t size, const std::string& file,
                                   const ReadLimits& limits) {
-  if (size < 8) fail(file, "header length", "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
+  constexpr const char* kFormat = " (a safetensors file starts with an 8-byte little-endian header length, then a JSON object)";
+  if (size < 8)
+    fail(file, "", "not a safetensors file: " + std::to_string(size) + " bytes, shorter than the 8-byte header length" +
+                       (size ? ": found " + describe_bytes(bytes, size) : std::string()));
   const uint64_t hlen = read_u64_le(bytes);
+  // A length that overruns the file is a foreign file unless the JSON header starts where it
+  // should; then the file is a truncated or damaged safetensors file.
+  if (hlen > size - 8 && (size == 8 || bytes[8] != '{'))
+    fail(file, "", "not a safetensors file: found " + describe_bytes(bytes, size) + kFormat);
   if (hlen > size - 8)
     fail(file, "header length", "declares " + std::to_string(hlen) + " header bytes but only " +
-                                    std::to_string(size - 8) + " follow");
+                                    std::to_string(size - 8) + " follow (truncated or damaged file)");
   if (hlen > limits.max_header_bytes)
     fail(file, "header length", std::to_string(hlen) + " bytes exceeds the limit of " + std::to_string(limits.max_header_bytes));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes + 8, bytes + 8 + hlen);
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, "header", std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json header = parse_header(bytes + 8, hlen, file);
   if (!header.is_object()) fail(file, "header", std::string("expected a JSON object, got ") + header.type_name());
   const uint8_t* data = bytes + 8 + hlen;
   const uint64_t data_size = size - 8 - hlen;
@@ -158,6 +219,7 @@ SafetensorsFile parse_safetensors(const uint8_t* bytes, size_t size, const std::
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path, const ReadLimits& limits) {
+  remove_stale_temporaries(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   MIXPREC_CHECK(!ec, path.string(), ": cannot read checkpoint: ", ec.message());
@@ -170,8 +232,6 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path, const ReadLi
   MIXPREC_CHECK(static_cast<uint64_t>(f.gcount()) == size, path.string(), ": short read (", f.gcount(), " of ", size, " bytes)");
   return parse_safetensors(bytes.data(), bytes.size(), path.string(), limits);
 }
-
-void set_write_failpoint(void (*hook)(const std::filesystem::path&)) { g_failpoint = hook; }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const Metadata& metadata) {
@@ -192,47 +252,11 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<std:
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h += ' ';  // align the data to 8 bytes, as the reference does
-
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-  std::random_device rd;
-  const std::filesystem::path tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(rd()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  MIXPREC_CHECK(fd >= 0, path.string(), ": cannot create temporary file ", tmp.string(), ": ", std::strerror(errno));
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        const int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        MIXPREC_CHECK(false, path.string(), ": write failed: ", std::strerror(err), Hint{"check free disk space"});
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
-  write_all(len, 8);
-  write_all(h.data(), h.size());
-  for (const Tensor& t : packed) write_all(t.data_ptr(), t.nbytes());
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    MIXPREC_CHECK(false, path.string(), ": fsync/close failed: ", std::strerror(errno));
-  }
-  if (g_failpoint) g_failpoint(tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    MIXPREC_CHECK(false, path.string(), ": rename from temporary file failed: ", std::strerror(err));
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  std::vector<std::string_view> pieces{std::string_view(len, 8), h};
+  for (const Tensor& t : packed) pieces.emplace_back(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace mixprec::io

@@ -2,8 +2,12 @@
 // decimal strings in the metadata; doubles with 17 significant digits, so they round-trip.
 #include "mixprec/train/checkpoint.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <type_traits>
 
 #include "mixprec/error.h"
 #include "mixprec/graph.h"
@@ -20,30 +24,40 @@ std::string num(double v) {
   return buf;
 }
 
-int64_t get_int(const io::Metadata& m, const std::string& key, const std::string& file) {
+// The text of metadata field `key`; missing is an error.
+const std::string& field_text(const io::Metadata& m, const std::string& key, const std::string& file) {
   auto it = m.find(key);
   MIXPREC_CHECK(it != m.end(), file, ": training state field '", key, "' is missing",
-                Hint{"was this file written by `mixprec train --checkpoint` / save_training_state?"});
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(it->second, &used);
-    MIXPREC_CHECK(used == it->second.size(), "");
-    return v;
-  } catch (...) {
-    MIXPREC_CHECK(false, file, ": training state field '", key, "' is not an integer: '", it->second, "'");
-  }
-  return 0;
+                Hint{"load_training_state reads files written by save_training_state (or CheckpointSaver)"});
+  return it->second;
 }
 
-double get_double(const io::Metadata& m, const std::string& key, const std::string& file) {
-  auto it = m.find(key);
-  MIXPREC_CHECK(it != m.end(), file, ": training state field '", key, "' is missing");
-  try {
-    return std::stod(it->second);
-  } catch (...) {
-    MIXPREC_CHECK(false, file, ": training state field '", key, "' is not a number: '", it->second, "'");
-  }
-  return 0;
+// Field `key` parsed whole as a T (std::from_chars: no spaces, no '+', no trailing junk, in
+// range; an unsigned T takes no '-').
+template <class T>
+T parse_field(const io::Metadata& m, const std::string& key, const std::string& file) {
+  const std::string& text = field_text(m, key, file);
+  T v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  MIXPREC_CHECK(ec == std::errc() && end == text.data() + text.size(), file, ": training state field '", key,
+                "' is '", text, "', expected ",
+                std::is_floating_point_v<T> ? "a number" : std::is_signed_v<T> ? "an integer" : "an unsigned integer");
+  return v;
+}
+
+// A counter or position: an integer >= 0.
+int64_t get_count(const io::Metadata& m, const std::string& key, const std::string& file) {
+  const int64_t v = parse_field<int64_t>(m, key, file);
+  MIXPREC_CHECK(v >= 0, file, ": training state field '", key, "' is ", v, ", expected an integer >= 0");
+  return v;
+}
+
+// The loss scale: finite and > 0.
+double get_scale(const io::Metadata& m, const std::string& key, const std::string& file) {
+  const double v = parse_field<double>(m, key, file);
+  MIXPREC_CHECK(std::isfinite(v) && v > 0, file, ": training state field '", key, "' is '", field_text(m, key, file),
+                "', expected a finite number > 0");
+  return v;
 }
 
 }  // namespace
@@ -80,6 +94,42 @@ void save_training_state(const std::filesystem::path& path, Model& model, const 
   io::write_safetensors(path, tensors, m);
 }
 
+namespace {
+
+// Every scalar of a training state, parsed and checked before anything is restored.
+struct SavedScalars {
+  int64_t optimizer_step, attempted, skipped;
+  uint64_t rng_seed, rng_offset;
+  std::optional<amp::LossScaleState> scaler;
+  ResumeInfo info;
+};
+
+SavedScalars read_scalars(const io::Metadata& m, const std::string& file, const amp::LossScaleManager* lsm) {
+  SavedScalars v{.optimizer_step = get_count(m, "optimizer_step", file),
+                 .attempted = get_count(m, "attempted_steps", file),
+                 .skipped = get_count(m, "skipped_steps", file),
+                 .rng_seed = parse_field<uint64_t>(m, "rng_seed", file),
+                 .rng_offset = parse_field<uint64_t>(m, "rng_offset", file),
+                 .scaler = std::nullopt,
+                 .info = {get_count(m, "epoch", file), get_count(m, "batch", file), get_count(m, "global_step", file), m}};
+  MIXPREC_CHECK(v.skipped <= v.attempted, file, ": training state field 'skipped_steps' (", v.skipped,
+                ") exceeds 'attempted_steps' (", v.attempted, ")");
+  if (lsm) {
+    MIXPREC_CHECK(m.count("loss_scale"), file, ": training state field 'loss_scale' is missing, but this run uses ",
+                  lsm->description(), Hint{"resume with the loss-scale manager of the saved run"});
+    v.scaler = amp::LossScaleState{.scale = get_scale(m, "loss_scale", file),
+                                   .good_steps = get_count(m, "loss_scale_good_steps", file),
+                                   .consecutive_overflows = get_count(m, "loss_scale_consecutive_overflows", file),
+                                   .total_overflows = get_count(m, "loss_scale_total_overflows", file)};
+    MIXPREC_CHECK(v.scaler->consecutive_overflows <= v.scaler->total_overflows, file,
+                  ": training state field 'loss_scale_consecutive_overflows' (", v.scaler->consecutive_overflows,
+                  ") exceeds 'loss_scale_total_overflows' (", v.scaler->total_overflows, ")");
+  }
+  return v;
+}
+
+}  // namespace
+
 ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) {
   const std::string file = path.string();
   io::SafetensorsFile f = io::read_safetensors(path);
@@ -88,47 +138,44 @@ ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) 
   MIXPREC_CHECK(fmt != m.end() && fmt->second == "mixprec-training-state", file,
                 ": not a training-state checkpoint (metadata 'format' is '",
                 fmt == m.end() ? std::string("missing") : fmt->second, "')",
-                Hint{"resume needs a file written by `mixprec train --checkpoint`; plain weights load "
-                     "with load_param_into_net"});
-  MIXPREC_CHECK(m.count("amp_level") && m.at("amp_level") == model.options().amp_level, file,
-                ": saved at amp_level ", m.count("amp_level") ? m.at("amp_level") : "?",
-                " but resuming at ", model.options().amp_level, Hint{"resume with the same --amp-level"});
+                Hint{"load_training_state reads files written by save_training_state (or CheckpointSaver); "
+                     "plain weights load with load_param_into_net"});
+  const std::string& level = field_text(m, "amp_level", file);
+  MIXPREC_CHECK(level == model.options().amp_level, file, ": saved at amp_level ", level,
+                " but the Model's amp_level is ", model.options().amp_level,
+                Hint{"build the Model with the amp_level of the saved run (ModelOptions::amp_level)"});
   amp::TrainOneStepCell& step = model.train_network();
   optim::Optimizer& opt = step.optimizer();
-  MIXPREC_CHECK(m.count("optimizer") && m.at("optimizer") == opt.name(), file, ": saved with optimizer ",
-                m.count("optimizer") ? m.at("optimizer") : "?", " but resuming with ", opt.name());
+  const std::string& saved_opt = field_text(m, "optimizer", file);
+  MIXPREC_CHECK(saved_opt == opt.name(), file, ": saved with optimizer ", saved_opt, " but the Model's is ", opt.name());
+  const SavedScalars v = read_scalars(m, file, step.loss_scale_manager());
 
   std::map<std::string, Tensor> weights, state;
   for (auto& [name, t] : f.tensors) {
     if (name.rfind(kTrainStatePrefix, 0) == 0) state.emplace(name.substr(std::string(kTrainStatePrefix).size()), t);
     else weights.emplace(name, t);
   }
-  io::load_param_into_net(model.network(), weights, {.strict = true});
-  NoGradGuard ng;
   for (const auto& s : opt.state()) {
     auto it = state.find("optimizer/" + s.name);
     MIXPREC_CHECK(it != state.end(), file, ": optimizer state '", s.name, "' is missing");
     MIXPREC_CHECK(it->second.shape() == s.tensor.shape() && it->second.dtype() == DType::f32, file,
                   ": optimizer state '", s.name, "' has ", shape_str(it->second.shape()), " ",
                   dtype_name(it->second.dtype()), ", expected f32 ", shape_str(s.tensor.shape()));
+  }
+  // Everything is checked (load_param_into_net checks before it copies): restore.
+  io::load_param_into_net(model.network(), weights, {.strict = true});
+  NoGradGuard ng;
+  for (const auto& s : opt.state()) {
     Tensor dst = s.tensor.detach();
-    dst.copy_(it->second);
+    dst.copy_(state.at("optimizer/" + s.name));
   }
-  opt.set_global_step(get_int(m, "optimizer_step", file));
+  opt.set_global_step(v.optimizer_step);
   opt.refresh_working_copies();
-  if (amp::LossScaleManager* lsm = step.loss_scale_manager()) {
-    MIXPREC_CHECK(m.count("loss_scale"), file, ": no loss-scaler state, but this run uses ", lsm->description());
-    lsm->set_state({.scale = get_double(m, "loss_scale", file),
-                    .good_steps = get_int(m, "loss_scale_good_steps", file),
-                    .consecutive_overflows = get_int(m, "loss_scale_consecutive_overflows", file),
-                    .total_overflows = get_int(m, "loss_scale_total_overflows", file)});
-  }
-  step.set_counters(get_int(m, "attempted_steps", file), get_int(m, "skipped_steps", file));
-  default_generator().set_state(static_cast<uint64_t>(get_int(m, "rng_seed", file)),
-                                static_cast<uint64_t>(get_int(m, "rng_offset", file)));
-  ResumeInfo info{get_int(m, "epoch", file), get_int(m, "batch", file), get_int(m, "global_step", file), m};
-  model.set_position(info.epoch, info.batch, info.global_step);
-  return info;
+  if (v.scaler) step.loss_scale_manager()->set_state(*v.scaler);
+  step.set_counters(v.attempted, v.skipped);
+  default_generator().set_state(v.rng_seed, v.rng_offset);
+  model.set_position(v.info.epoch, v.info.batch, v.info.global_step);
+  return v.info;
 }
 
 CheckpointSaver::CheckpointSaver(std::filesystem::path path, int64_t every, bool at_end, io::Metadata extra)

@@ -114,6 +114,19 @@ def seeds_safetensors():
         ).encode()))
     put(ST, "bad_float_dim.safetensors", st_file([], header_override=json.dumps(
         {"t": {"dtype": "U8", "shape": [1.5], "data_offsets": [0, 1]}}).encode()) + b"x")
+    # Repeated keys (a JSON parser would keep the last): a tensor name, a field, a metadata key.
+    put(ST, "bad_duplicate_tensor.safetensors", st_file([], header_override=(
+        b'{"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
+        b'"t": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}}')) + b"ab")
+    put(ST, "bad_duplicate_field.safetensors", st_file([], header_override=(
+        b'{"t": {"dtype": "U8", "dtype": "I32", "shape": [1], "data_offsets": [0, 1]}}')) + b"a")
+    put(ST, "bad_duplicate_metadata.safetensors", st_file([], header_override=(
+        b'{"__metadata__": {"global_step": "5", "global_step": "-5"}}')))
+    # Foreign files: each must be "not a safetensors file", not a header-length number.
+    put(ST, "foreign_text.safetensors", b"epoch 1: loss 0.5\nepoch 2: loss 0.4\n")
+    put(ST, "foreign_png.safetensors", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(17))
+    put(ST, "foreign_idx.safetensors", idx_file([4], bytes([1, 2, 3, 4])))
+    put(ST, "foreign_json.safetensors", json.dumps({"model": "lenet", "steps": 10}).encode())
 
 
 # ------------------------------------------------------------------ idx

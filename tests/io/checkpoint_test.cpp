@@ -1,8 +1,7 @@
 // Checkpoints: round trips in every dtype, fp32 files from O2 networks, O0 -> O2 -> file
-// identity, load reports and strictness, crash safety (a child killed mid-save leaves the old
-// file intact), and hostile files (each case gives an Error naming the file and the field).
+// identity, load_param_into_net's lists, warnings, prefix handling and refusals, and hostile
+// files (each case gives an Error naming the file and the field). Crash safety: file_test.cpp.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -11,6 +10,7 @@
 
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
+#include "test_util.h"
 
 namespace mixprec {
 namespace {
@@ -61,7 +61,7 @@ TEST(Checkpoint, O2NetworkSavesFp32AndO0O2RoundTripIsIdentical) {
   const auto params = io::load_checkpoint(dir / "o0.safetensors");
   for (const auto& [n, t] : params) EXPECT_EQ(t.dtype(), DType::f32) << n;
   const io::LoadReport rep = io::load_param_into_net(*net2, params, {.strict = true});
-  EXPECT_TRUE(rep.missing.empty() && rep.unexpected.empty() && rep.mismatched.empty());
+  EXPECT_TRUE(rep.param_not_load.empty() && rep.ckpt_not_load.empty());
   EXPECT_EQ(rep.loaded, static_cast<int64_t>(params.size()));
   io::save_checkpoint(*net2, dir / "o2.safetensors");
   const auto again = io::load_checkpoint(dir / "o2.safetensors");
@@ -72,15 +72,59 @@ TEST(Checkpoint, O2NetworkSavesFp32AndO0O2RoundTripIsIdentical) {
   }
 }
 
-TEST(Checkpoint, LoadReportsMismatchesAndStrictRefusesDowncasts) {
+// Runs fn with stderr captured; returns what it printed.
+template <class Fn>
+std::string stderr_of(Fn&& fn) {
+  ::testing::internal::CaptureStderr();
+  fn();
+  return ::testing::internal::GetCapturedStderr();
+}
+
+TEST(LoadParamIntoNet, ReturnsBothListsLikeMindSporeAndWarnsByDefault) {
   nn::Dense d(3, 2);
-  std::map<std::string, Tensor> params{{"weight", zeros({2, 3})}, {"extra", zeros({1})}};
-  const auto rep = io::load_param_into_net(d, params);
-  EXPECT_EQ(rep.missing, std::vector<std::string>{"bias"});
-  EXPECT_EQ(rep.unexpected, std::vector<std::string>{"extra"});
-  EXPECT_THROW(io::load_param_into_net(d, params, {.strict = true}), Error);
-  std::map<std::string, Tensor> wrong{{"weight", zeros({3, 3})}, {"bias", zeros({2})}};
-  EXPECT_EQ(io::load_param_into_net(d, wrong).mismatched.size(), 1u);
+  const std::map<std::string, Tensor> param_dict{{"weight", ones({2, 3})}, {"extra", zeros({1})}};
+  std::vector<std::string> not_in_file, not_in_net;
+  const std::string err = stderr_of([&] {
+    auto [param_not_load, ckpt_not_load] = io::load_param_into_net(d, param_dict);  // the seed's line
+    not_in_file = param_not_load;
+    not_in_net = ckpt_not_load;
+  });
+  EXPECT_EQ(not_in_file, std::vector<std::string>{"bias"});
+  EXPECT_EQ(not_in_net, std::vector<std::string>{"extra"});
+  EXPECT_EQ(d.weight.to_vector<float>(), std::vector<float>(6, 1.0f)) << "what matched was loaded";
+  EXPECT_NE(err.find("loaded 1 of 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("(param_not_load): bias"), std::string::npos) << err;
+  EXPECT_NE(err.find("(ckpt_not_load): extra"), std::string::npos) << err;
+  EXPECT_EQ(stderr_of([&] { (void)io::load_param_into_net(d, param_dict, {.warn = false}); }), "");
+  const std::string strict = testing::error_text([&] { io::load_param_into_net(d, param_dict, {.strict = true}); });
+  EXPECT_NE(strict.find("missing from the parameters given: bias"), std::string::npos) << strict;
+}
+
+TEST(LoadParamIntoNet, WrongShapeIsAnErrorAndLoadsNothing) {
+  nn::Dense d(3, 2);
+  const auto w0 = d.weight.to_vector<float>(), b0 = d.bias.to_vector<float>();
+  const std::map<std::string, Tensor> wrong{{"weight", ones({3, 3})}, {"bias", ones({2})}};
+  const std::string err = testing::error_text([&] { io::load_param_into_net(d, wrong); });
+  EXPECT_NE(err.find("shape mismatch"), std::string::npos) << err;
+  EXPECT_NE(err.find("weight: given [3, 3], network [2, 3]"), std::string::npos) << err;
+  EXPECT_EQ(d.weight.to_vector<float>(), w0);
+  EXPECT_EQ(d.bias.to_vector<float>(), b0) << "bias matched, but nothing loads when anything is refused";
+}
+
+TEST(LoadParamIntoNet, IntegerTensorIntoFloatParameterIsRefusedNamingBothDtypes) {
+  nn::Dense d(3, 2);
+  const auto w0 = d.weight.to_vector<float>();
+  const std::map<std::string, Tensor> ints{{"weight", Tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3})},
+                                           {"bias", zeros({2})}};
+  for (bool strict : {false, true}) {
+    const std::string err = testing::error_text([&] { io::load_param_into_net(d, ints, {.strict = strict}); });
+    EXPECT_NE(err.find("weight: given i32, network expects f32"), std::string::npos) << err;
+    EXPECT_EQ(d.weight.to_vector<float>(), w0);
+  }
+}
+
+TEST(LoadParamIntoNet, StrictRefusesDowncastsUnlessAllowed) {
+  nn::Dense d(3, 2);
   // An f64 file into fp32 parameters is a downcast.
   std::map<std::string, Tensor> wide{{"weight", ones({2, 3}, {.dtype = DType::f64})}, {"bias", zeros({2}, {.dtype = DType::f64})}};
   EXPECT_THROW(io::load_param_into_net(d, wide, {.strict = true}), Error);
@@ -88,30 +132,53 @@ TEST(Checkpoint, LoadReportsMismatchesAndStrictRefusesDowncasts) {
   EXPECT_EQ(d.weight.to_vector<float>(), std::vector<float>(6, 1.0f));
 }
 
-void slow_failpoint(const fs::path&) {
-  ::_exit(3);  // simulate a crash after the temporary file, before the rename
+// MindSpore's non-strict load removes a prefix the checkpoint's names carry (its
+// _load_dismatch_prefix_params) and warns; strict refuses, with a hint naming the prefix.
+TEST(LoadParamIntoNet, CheckpointNamePrefixIsRemovedWithAWarningAndStrictNamesIt) {
+  manual_seed(0);
+  auto src = nn::make_model("lenet");
+  std::map<std::string, Tensor> prefixed;
+  for (auto& [n, t] : src->state_and_names()) prefixed.emplace("network." + n, t.detach().clone());
+  manual_seed(1);
+  auto net = nn::make_model("lenet");
+  const std::string strict = testing::error_text([&] { io::load_param_into_net(*net, prefixed, {.strict = true}); });
+  EXPECT_NE(strict.find("prefix 'network.'"), std::string::npos) << strict;
+  io::LoadReport rep;
+  const std::string err = stderr_of([&] { rep = io::load_param_into_net(*net, prefixed); });
+  EXPECT_EQ(rep.loaded, static_cast<int64_t>(prefixed.size()));
+  EXPECT_TRUE(rep.param_not_load.empty() && rep.ckpt_not_load.empty());
+  EXPECT_EQ(rep.prefixes_removed, std::vector<std::string>{"network."});
+  EXPECT_NE(err.find("removed the prefix 'network.'"), std::string::npos) << err;
+  for (auto& [n, t] : net->state_and_names()) EXPECT_EQ(t.to_vector<float>(), prefixed.at("network." + n).to_vector<float>()) << n;
 }
 
-TEST(Checkpoint, CrashDuringSaveKeepsTheOldFile) {
-  const fs::path p = temp_dir() / "crash.safetensors";
+struct Wrapper : nn::Cell {
+  nn::Dense backbone{3, 2};
+  Wrapper() { register_cell("backbone", backbone); }
+  Tensor construct(const Tensor& x) override { return backbone(x); }
+};
+
+TEST(LoadParamIntoNet, NothingLoadedIntoAWrapperHintsAtItsSubCell) {
+  Wrapper w;
+  const std::map<std::string, Tensor> plain{{"weight", ones({2, 3})}, {"bias", ones({2})}};
+  io::LoadReport rep;
+  const std::string err = stderr_of([&] { rep = io::load_param_into_net(w, plain); });
+  EXPECT_EQ(rep.loaded, 0);
+  EXPECT_EQ(rep.param_not_load, (std::vector<std::string>{"backbone.weight", "backbone.bias"}));
+  EXPECT_NE(err.find("loaded 0 of 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("start with 'backbone.'"), std::string::npos) << err;
+}
+
+TEST(LoadParamIntoNet, Fp32CheckpointLoadsStrictlyIntoO3Network) {
   manual_seed(0);
-  nn::Dense d(8, 8);
-  io::save_checkpoint(d, p);
-  const auto before = io::load_checkpoint(p).at("weight").to_vector<float>();
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    io::set_write_failpoint(slow_failpoint);
-    NoGradGuard ng;
-    d.weight.detach().fill_(9.0);
-    io::save_checkpoint(d, p);
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 3) << "the child died at the failpoint";
-  EXPECT_EQ(io::load_checkpoint(p).at("weight").to_vector<float>(), before);
+  auto src = nn::make_model("lenet");
+  std::map<std::string, Tensor> params;
+  for (auto& [n, t] : src->state_and_names()) params.emplace(n, t.detach().clone());
+  auto net = nn::make_model("lenet");
+  amp::auto_mixed_precision(*net, "O3", DType::f16);
+  EXPECT_EQ(io::load_param_into_net(*net, params, {.strict = true}).loaded, static_cast<int64_t>(params.size()));
+  for (auto& [n, t] : net->state_and_names())
+    EXPECT_EQ(t.astype(DType::f32).to_vector<float>(), params.at(n).astype(t.dtype()).astype(DType::f32).to_vector<float>()) << n;
 }
 
 // ---------------------------------------------------------------- hostile files
@@ -138,6 +205,7 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::string& needle) 
 TEST(Safetensors, HostileHeaders) {
   expect_error({1, 2, 3}, "header length");
   expect_error(file_with_header("{}", 0, 1000), "header length");
+  expect_error(file_with_header("{\"w\": {", 0, 1000), "truncated");
   expect_error(file_with_header("[1, 2]", 0), "JSON object");
   expect_error(file_with_header("{not json", 0), "not valid JSON");
   expect_error(file_with_header(R"({"w": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1), "unknown dtype");
@@ -155,6 +223,37 @@ TEST(Safetensors, HostileHeaders) {
   expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [1]}})", 4), "data_offsets");
   expect_error(file_with_header(R"({"w": 5})", 0), "expected an object");
   expect_error(file_with_header(R"({"__metadata__": {"k": 1}})", 0), "__metadata__");
+}
+
+// JSON parsers keep the last of two equal keys; the reader refuses them, at any level.
+TEST(Safetensors, DuplicateKeysAreRefused) {
+  expect_error(file_with_header(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                                    "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
+               "header: key 'w' appears twice");
+  expect_error(file_with_header(R"({"w": {"dtype": "F32", "dtype": "I32", "shape": [1], "data_offsets": [0, 4]}})", 4),
+               "tensor 'w': key 'dtype' appears twice");
+  expect_error(file_with_header(R"({"__metadata__": {"global_step": "5", "global_step": "-5"}})", 0),
+               "__metadata__: key 'global_step' appears twice");
+}
+
+// A foreign file is "not a safetensors file", with what was found, not a header-length number.
+TEST(Safetensors, ForeignFilesAreNotSafetensorsNamingWhatWasFound) {
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> cases = {
+      {{'h', 'e', 'l', 'l', 'o', ',', ' ', 'w', 'o', 'r', 'l', 'd', '\n'}, "found text \"hello, world \""},
+      {{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'}, "found a PNG image"},
+      {{0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 28, 0, 0, 0, 28}, "found an IDX file"},
+      {{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}, "found gzip data"},
+      {{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8}, "found bytes de ad be ef 01 02 03 04"},
+      {{'a', 'b', 'c'}, "3 bytes, shorter than the 8-byte header length: found text \"abc\""}};
+  for (const auto& [bytes, found] : cases) {
+    expect_error(bytes, "not a safetensors file");
+    expect_error(bytes, found);
+  }
+  // Through the file API too, naming the file.
+  const fs::path p = temp_dir() / "notes.txt";
+  std::ofstream(p) << "epoch 1: loss 0.5\n";
+  const std::string err = testing::error_text([&] { io::load_checkpoint(p); });
+  EXPECT_NE(err.find(p.string() + ": not a safetensors file: found text \"epoch 1: loss 0.5 \""), std::string::npos) << err;
 }
 
 TEST(Safetensors, NanInWeightsIsAWarningNotAnError) {

@@ -1,12 +1,15 @@
 // Exact resume: N straight steps versus N/2 steps + save + load into fresh objects + N/2 steps
 // give bit-identical weights, buffers, optimizer state and scaler state (O0 and O2/f16 with a
-// dynamic scaler and dropout-free nets; a net with dropout checks the RNG state too).
+// dynamic scaler and dropout-free nets; a net with dropout checks the RNG state too). Refusals:
+// mismatched runs, and each bad metadata value, named by file and field, restoring nothing.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "mixprec/mixprec.h"
 #include "mixprec/train/checkpoint.h"
+#include "test_util.h"
 
 namespace mixprec {
 namespace {
@@ -98,13 +101,98 @@ TEST(Resume, RefusesMismatchedRunsWithClearErrors) {
   EXPECT_THROW(train::load_training_state(path, wrong_opt), Error);
   nn::Momentum mom(net->trainable_params(), 0.1, 0.9);
   train::Model wrong_level(*net, loss_fn, mom, {.amp_level = "O2"});
-  EXPECT_THROW(train::load_training_state(path, wrong_level), Error);
+  const std::string level_err = testing::error_text([&] { train::load_training_state(path, wrong_level); });
+  EXPECT_NE(level_err.find("saved at amp_level O0 but the Model's amp_level is O2"), std::string::npos) << level_err;
+  EXPECT_EQ(level_err.find("--"), std::string::npos) << "the library names no CLI flag: " << level_err;
   auto other = nn::make_model("mlp");
   nn::Momentum mom2(other->trainable_params(), 0.1, 0.9);
   train::Model wrong_net(*other, loss_fn, mom2, {.amp_level = "O0"});
   EXPECT_THROW(train::load_training_state(path, wrong_net), Error);
   // A plain weights file is not a training state, but the training state is a weights file.
   EXPECT_NO_THROW(io::load_param_into_net(*net, io::load_checkpoint(path), {.strict = true}));
+  const auto weights_only = path + ".weights.safetensors";
+  io::save_checkpoint(*net, weights_only);
+  const std::string plain_err = testing::error_text([&] { train::load_training_state(weights_only, wrong_opt); });
+  EXPECT_NE(plain_err.find("not a training-state checkpoint"), std::string::npos) << plain_err;
+  EXPECT_NE(plain_err.find("save_training_state"), std::string::npos) << plain_err;
+  EXPECT_EQ(plain_err.find("mixprec train"), std::string::npos) << "the library names no CLI command: " << plain_err;
+}
+
+// Writes a copy of training state `from` with metadata field `key` set to `value` (or removed
+// when value is null), returning its path.
+std::string tampered(const std::string& from, const std::string& key, const char* value) {
+  io::SafetensorsFile f = io::read_safetensors(from);
+  if (value) f.metadata[key] = value;
+  else f.metadata.erase(key);
+  const std::string to = from + "." + key + ".safetensors";
+  io::write_safetensors(to, f.tensors, f.metadata);
+  return to;
+}
+
+TEST(Resume, BadMetadataValuesAreRefusedNamingFileAndFieldAndRestoreNothing) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mixprec_resume_meta_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string good = (dir / "good.safetensors").string();
+  (void)train("lenet", "O2", 3, good, "");  // O2/f16 with a dynamic loss scaler
+  const std::vector<std::tuple<std::string, const char*, std::string>> cases = {
+      {"global_step", "-5", "is -5, expected an integer >= 0"},
+      {"epoch", "-1", "is -1, expected an integer >= 0"},
+      {"batch", "-2", "expected an integer >= 0"},
+      {"optimizer_step", "-1", "expected an integer >= 0"},
+      {"attempted_steps", "12abc", "is '12abc', expected an integer"},
+      {"skipped_steps", "-1", "expected an integer >= 0"},
+      {"skipped_steps", "99", "exceeds 'attempted_steps'"},
+      {"global_step", " 7", "expected an integer"},
+      {"global_step", "+7", "expected an integer"},
+      {"global_step", "", "expected an integer"},
+      {"global_step", "99999999999999999999", "expected an integer"},
+      {"loss_scale", "inf", "is 'inf', expected a finite number > 0"},
+      {"loss_scale", "nan", "expected a finite number > 0"},
+      {"loss_scale", "0", "expected a finite number > 0"},
+      {"loss_scale", "-1024", "expected a finite number > 0"},
+      {"loss_scale", "1e999", "expected a number"},
+      {"loss_scale", "1024x", "expected a number"},
+      {"loss_scale_good_steps", "-1", "expected an integer >= 0"},
+      {"loss_scale_consecutive_overflows", "-3", "expected an integer >= 0"},
+      {"loss_scale_total_overflows", "-1", "expected an integer >= 0"},
+      {"loss_scale_consecutive_overflows", "1000000", "exceeds 'loss_scale_total_overflows'"},
+      {"rng_seed", "-1", "expected an unsigned integer"},
+      {"rng_offset", "1.5", "expected an unsigned integer"},
+      {"global_step", nullptr, "is missing"},
+      {"loss_scale", nullptr, "is missing, but this run uses"}};
+  for (const auto& [key, value, expected] : cases) {
+    const std::string path = tampered(good, key, value);
+    manual_seed(3);
+    auto net = nn::make_model("lenet");
+    nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+    nn::Momentum opt(net->trainable_params(), 0.05, 0.9);
+    train::Model model(*net, loss_fn, opt,
+                       {.amp_level = "O2", .loss_scale_manager = amp::DynamicLossScaleManager(65536.0, 2.0, 3),
+                        .dtype = DType::f16});
+    const auto before = net->state_and_names().front().second.to_vector<float>();
+    const std::string err = testing::error_text([&] { train::load_training_state(path, model); });
+    const std::string what = key + " = " + (value ? "'" + std::string(value) + "'" : "(missing)");
+    EXPECT_NE(err.find(path), std::string::npos) << what << ": " << err;
+    EXPECT_NE(err.find("'" + key + "'"), std::string::npos) << what << ": " << err;
+    EXPECT_NE(err.find(expected), std::string::npos) << what << ": " << err;
+    EXPECT_EQ(net->state_and_names().front().second.to_vector<float>(), before) << what << ": nothing restored";
+    EXPECT_EQ(model.global_step(), 0) << what;
+  }
+}
+
+TEST(Resume, RngSeedAboveInt64MaxRoundTrips) {
+  const auto path = (std::filesystem::temp_directory_path() /
+                     ("mixprec_resume_seed_" + std::to_string(::getpid()) + ".safetensors")).string();
+  auto net = nn::make_model("lenet");
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  nn::Momentum opt(net->trainable_params(), 0.05, 0.9);
+  train::Model model(*net, loss_fn, opt, {.amp_level = "O0"});
+  default_generator().set_state(18446744073709551557ull, 12345);
+  train::save_training_state(path, model);
+  manual_seed(0);
+  train::load_training_state(path, model);
+  EXPECT_EQ(default_generator().seed(), 18446744073709551557ull);
+  EXPECT_EQ(default_generator().offset(), 12345u);
 }
 
 }  // namespace

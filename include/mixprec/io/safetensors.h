@@ -2,8 +2,9 @@
 // little-endian header length, a JSON header ({name: {dtype, shape, data_offsets}} plus
 // "__metadata__": {string: string}), then the raw little-endian tensor bytes. The reader checks
 // every field against the file before allocating or reading (lengths, dtypes, shapes, offsets
-// in range and not overlapping, sizes consistent) and names the file and the field in every
-// error. Writes are crash-safe: temporary file in the same directory, fsync, rename, fsync dir.
+// in range and not overlapping, sizes consistent, no key twice) and names the file and the field
+// in every error; a foreign file (text, PNG, IDX, ...) is "not a safetensors file" with what was
+// found. Writes go through io::write_file_atomic (io/file.h): a crash never destroys the old file.
 #pragma once
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "mixprec/io/file.h"
 #include "mixprec/tensor.h"
 
 namespace mixprec::io {
@@ -32,18 +34,15 @@ struct ReadLimits {
 // Parses a safetensors image held in memory (`bytes`); `name` is used in error messages.
 SafetensorsFile parse_safetensors(const uint8_t* bytes, size_t size, const std::string& name,
                                   const ReadLimits& limits = {});
+// Reads `path` (first removing stale temporaries of it: io::remove_stale_temporaries).
 SafetensorsFile read_safetensors(const std::filesystem::path& path, const ReadLimits& limits = {});
 
-// Writes tensors in the given order (names must be unique and not "__metadata__").
+// Writes tensors in the given order (names must be unique and not "__metadata__"), atomically.
 void write_safetensors(const std::filesystem::path& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const Metadata& metadata = {});
 
 // The safetensors dtype string ("F32", "BF16", ...) and back.
 std::string safetensors_dtype(DType d);
-
-// Test hook: when set, write_safetensors calls it after writing the temporary file and before
-// the rename (a crash-safety test kills the process there).
-void set_write_failpoint(void (*hook)(const std::filesystem::path& tmp));
 
 }  // namespace mixprec::io

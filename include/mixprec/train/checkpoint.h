@@ -30,7 +30,9 @@ struct ResumeInfo {
 
 // Restores a state saved by save_training_state into `model` (whose network, loss, optimizer
 // and options must be built the same way): weights, buffers, optimizer state and step, scaler
-// state, default RNG, and the position. Throws naming the file and the mismatch otherwise.
+// state, default RNG, and the position. Throws naming the file and the mismatch otherwise, and
+// naming the file and the field for a bad value (each parsed whole: counters and positions are
+// integers >= 0, the loss scale finite and > 0); nothing is restored unless everything checks.
 ResumeInfo load_training_state(const std::filesystem::path& path, Model& model);
 
 // Saves the training state every `every_steps` steps (and at the end of training if
