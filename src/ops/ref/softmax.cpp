@@ -1,6 +1,8 @@
 // Reference softmax / log-softmax, forward and backward: for each (outer, inner) position the
 // axis is walked with stride `inner`; max first, then the sum of exp(x - max), all in
 // compute_t<T>; each output rounded once. One thread per outer index: thread-count independent.
+// A row without a finite max is NaN throughout; fill_nan_rows / nan_where_nan repair other
+// kernels' outputs to that rule.
 #include "ops/ref/softmax.h"
 
 #include <cmath>
@@ -53,12 +55,12 @@ void softmax_forward(const SoftmaxForward& p) {
         int64_t kmax = 0;
         for (int64_t k = 0; k < a.n; ++k)
           if (const C v = load(x[k * a.inner]); v > mx) mx = v, kmax = k;
-        // sum = 1 + rest (the max's own term is exactly 1); log1p(rest) keeps log-probs near 0
-        // accurate to their last digit. A NaN in the row makes rest, and so the row, NaN.
-        if (!std::isfinite(mx)) {  // all -inf, or a +inf: no distribution (a NaN shows below)
+        if (!std::isfinite(mx)) {  // all -inf, or a +inf: no distribution
           for (int64_t k = 0; k < a.n; ++k) y[k * a.inner] = store<T>(std::numeric_limits<C>::quiet_NaN());
           continue;
         }
+        // sum = 1 + rest (the max's own term is exactly 1); log1p(rest) keeps log-probs near 0
+        // accurate to their last digit. A NaN in the row makes rest, and so the row, NaN.
         C rest = 0;
         for (int64_t k = 0; k < a.n; ++k)
           if (k != kmax) rest += std::exp(load(x[k * a.inner]) - mx);
