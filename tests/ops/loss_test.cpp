@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "mixprec/ops/autocast.h"
 #include "op_test_util.h"
@@ -97,6 +98,37 @@ TEST(SoftmaxCrossEntropy, LargeLogitsStayFinite) {
   EXPECT_NEAR(ce(x.detach(), one_hot({1, 0}, 3), false, Reduction::none).at({1}), std::log(2.0), 1e-6);
   const Tensor xb = x.detach().astype(DType::bf16);  // 1e4 rounds to 9984 in bf16
   EXPECT_NEAR(ce(xb, i64({1, 0}), true, Reduction::none).at({0}), xb.at({0, 0}), 1e-2);
+}
+
+TEST(SoftmaxCrossEntropy, RowsWithoutFiniteMaxGiveNanLossAndGradientInEveryDtype) {
+  // Logit rows all -inf, with a +inf, with a NaN have no distribution: the loss and the whole
+  // gradient row are NaN, as in PyTorch 1.13 (whose log_softmax is NaN there) and as
+  // log_softmax is on every path here. Before, a +inf row gave a loss of +inf. Row 1 is
+  // ordinary: loss lse - x[label], gradient softmax - onehot.
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x64 = Tensor::from_vector<double>({-inf, -inf, -inf, -inf, 1, 2, 3, 0, inf, 1, 2, 3, 1, nan, 2, 3}, {4, 4});
+  const std::vector<int64_t> labels{0, 1, 1, 0};
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + 1.0);
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (bool sparse : {true, false}) {
+      Tensor x = x64.astype(d).clone().set_requires_grad(true);
+      const Tensor lab = sparse ? i64(labels) : one_hot(labels, 4).astype(d);
+      const Tensor loss = ce(x, lab, sparse, Reduction::none);
+      ops::sum(loss).backward();
+      const std::string what = std::string(dtype_name(d)) + (sparse ? " sparse" : " one-hot");
+      for (int64_t r : {0, 2, 3}) {
+        EXPECT_TRUE(std::isnan(loss.at({r}))) << what << " row " << r << ": " << loss.at({r});
+        for (int64_t j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(x.grad().at({r, j}))) << what << " row " << r;
+      }
+      EXPECT_NEAR(loss.at({1}), lse - 2, 1e-6) << what;
+      for (int64_t j = 0; j < 4; ++j) {
+        const double p = std::exp((j == 3 ? 0.0 : j + 1.0) - lse) - (j == 1 ? 1 : 0);
+        EXPECT_NEAR(x.grad().at({1, j}), p, 2 * testing::tolerance_for(d).rel) << what << " j " << j;
+      }
+      EXPECT_TRUE(std::isnan(ce(x.detach(), lab, sparse, Reduction::mean).item())) << what;
+    }
+  }
 }
 
 TEST(SoftmaxCrossEntropy, GradCheck) {

@@ -13,6 +13,7 @@
 #include "op_test_util.h"
 #include "ops/dispatch.h"
 #include "ops/ref/norm.h"
+#include "ops/ref/norm_layout.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"
 #include "ops/onednn/norm.h"
@@ -232,6 +233,107 @@ TEST(BatchNorm, ReferenceIsThreadCountIndependent) {
   }
   omp_set_num_threads(saved);
   EXPECT_EQ(out[0], out[1]);
+}
+
+// x [64, 8, 28, 28] (NCHW or channels-last) with channel 2 constant 0.7 and channel 5 constant
+// 3.1, the others random; the sizes of a real first BatchNorm layer (50176 values a channel).
+Tensor with_constant_channels(DType d, bool channels_last) {
+  const Shape nhwc{64, 28, 28, 8};
+  Tensor x = random(channels_last ? nhwc : Shape{64, 8, 28, 28}, 62, DType::f64, -2, 3);
+  if (channels_last) x = x.permute({0, 3, 1, 2});
+  for (auto [c, v] : {std::pair{2, 0.7}, std::pair{5, 3.1}}) x.slice(1, c, c + 1).fill_(v);
+  return ops::detail::with_strides(x.astype(d), x.strides());
+}
+
+struct BnKernels {
+  const char* path;
+  std::string (*fwd_declines)(const ops::BatchNormForward&);
+  void (*fwd)(const ops::BatchNormForward&);
+  std::string (*bwd_declines)(const ops::BatchNormBackward&);
+  void (*bwd)(const ops::BatchNormBackward&);
+};
+
+// Every implementation of batch norm for x's dtype: the reference, and with oneDNN the
+// primitive (f32, bf16 where the CPU computes in it) or the f16 emulation through f32.
+std::vector<BnKernels> bn_paths(DType d) {
+  std::vector<BnKernels> out{{"ref", ops::accept_all<ops::BatchNormForward>, ops::ref::batch_norm_forward,
+                              ops::accept_all<ops::BatchNormBackward>, ops::ref::batch_norm_backward}};
+#if MIXPREC_WITH_ONEDNN
+  namespace o = ops::onednn;
+  if (d == DType::f32 || (d == DType::bf16 && o::computes_in(d)))
+    out.push_back({"onednn", o::batch_norm_forward_declines, o::batch_norm_forward,
+                   o::batch_norm_backward_declines, o::batch_norm_backward});
+  if (d == DType::f16)
+    out.push_back({"f16_via_f32", o::batch_norm_forward_f16_declines, o::batch_norm_forward_f16,
+                   o::batch_norm_backward_f16_declines, o::batch_norm_backward_f16});
+#endif
+  return out;
+}
+
+TEST(BatchNorm, ConstantChannelGivesBetaAndZeroGammaGradientOnEveryPath) {
+  // A constant channel has mean == its value and variance 0, so x - mean is 0 exactly: y is
+  // beta (rounded to y's dtype) and dgamma = sum(dy * xhat) is 0, both exactly. PyTorch 1.13's
+  // f32 CPU kernel gives |y - beta| up to 4.5e-5 and dgamma 0 here; an f32 running sum of the
+  // 50176 values gave 1.1e-4 and -5.1e-4. dbeta stays the sum of dy.
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (bool channels_last : {false, true}) {
+      const Tensor x = with_constant_channels(d, channels_last);
+      const Tensor dy = ops::detail::with_strides(random(x.shape(), 63, d), x.strides());
+      const Tensor gamma = random({8}, 64, acc_dtype(d), 0.5, 1.5), beta = random({8}, 65, acc_dtype(d));
+      for (const BnKernels& k : bn_paths(d)) {
+        const std::string what = std::string(k.path) + " " + std::string(dtype_name(d)) +
+                                 (channels_last ? " channels-last" : " nchw");
+        ops::BatchNormForward f{.x = x, .gamma = gamma, .beta = beta,
+                                .mean = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
+                                .var = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
+                                .y = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device())};
+        ASSERT_EQ(k.fwd_declines(f), "") << what;
+        k.fwd(f);
+        ops::BatchNormBackward b{.x = x, .dy = dy, .gamma = gamma, .mean = f.mean, .var = f.var,
+                                 .dx = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device()),
+                                 .dgamma = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
+                                 .dbeta = Tensor::empty({8}, {.dtype = acc_dtype(d)})};
+        ASSERT_EQ(k.bwd_declines(b), "") << what;
+        k.bwd(b);
+        for (int64_t c : {2, 5}) {
+          const double value = x.at({0, c, 0, 0});
+          EXPECT_EQ(f.mean.at({c}), value) << what << " channel " << c;
+          EXPECT_EQ(f.var.at({c}), 0.0) << what << " channel " << c;
+          const Tensor yc = f.y.slice(1, c, c + 1).astype(DType::f64);
+          const double beta_c = beta.astype(d).astype(DType::f64).at({c});
+          EXPECT_TRUE(all_close(yc, full(yc.shape(), beta_c, {.dtype = DType::f64}), {0, 0}))
+              << what << " channel " << c;
+          EXPECT_EQ(b.dgamma.at({c}), 0.0) << what << " channel " << c;
+          const double sum_dy = ops::sum(dy.slice(1, c, c + 1).astype(DType::f64)).item();
+          EXPECT_NEAR(b.dbeta.at({c}), sum_dy, 1e-5 * (1 + std::fabs(sum_dy))) << what << " channel " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(BatchNorm, StatisticsMatchF64ForLargeMeanSmallSpread) {
+  // 1000 + U(-1, 1) (100 in bf16): an f32 sum of squares would cancel catastrophically (E[x^2] - E[x]^2 loses
+  // all of var = 1/3 to rounding of 1e6); the shifted f64 sums keep mean and var to f32 rounding.
+  // C = 19 and 5x5 images reach every loop tail (blocks of 16 and 4 channels, runs of 8).
+  for (DType d : {DType::f32, DType::bf16, DType::f64}) {
+    for (bool channels_last : {false, true}) {
+      const double mid = d == DType::bf16 ? 100 : 1000;  // bf16 keeps 2 bits below 100's unit
+      Tensor x = random(channels_last ? Shape{12, 5, 5, 19} : Shape{12, 19, 5, 5}, 66, DType::f64,
+                        mid - 1, mid + 1);
+      if (channels_last) x = x.permute({0, 3, 1, 2});
+      x = ops::detail::with_strides(x.astype(d), x.strides());
+      const Tensor xd = x.astype(DType::f64), mean = Tensor::empty({19}, {.dtype = acc_dtype(d)}),
+                   var = Tensor::empty({19}, {.dtype = acc_dtype(d)});
+      ops::ref::batch_norm_statistics(x, mean, var);
+      const Tensor m64 = ops::mean(xd, {0, 2, 3});
+      const Tensor dev = ops::sub(xd, m64.reshape({1, 19, 1, 1}));
+      const Tensor v64 = ops::mean(ops::mul(dev, dev), {0, 2, 3});
+      const testing::Tolerance tol = d == DType::f64 ? testing::Tolerance{1e-12, 0} : testing::Tolerance{2e-7, 0};
+      EXPECT_TRUE(all_close(mean.astype(DType::f64), m64, tol)) << dtype_name(d) << channels_last;
+      EXPECT_TRUE(all_close(var.astype(DType::f64), v64, tol)) << dtype_name(d) << channels_last;
+    }
+  }
 }
 
 // ---------------------------------------------------------------- layer norm

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "mixprec/ops/autocast.h"
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
+#include "ops/ref/softmax.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"
 #include "ops/onednn/softmax.h"
@@ -101,6 +103,122 @@ TEST(Softmax, ComputesInF32UnderO2) {
       EXPECT_EQ(r.compute_dtype, DType::f32);
     }
   EXPECT_TRUE(seen);
+}
+
+struct SoftmaxKernels {
+  const char* path;
+  std::string (*fwd_declines)(const ops::SoftmaxForward&);
+  void (*fwd)(const ops::SoftmaxForward&);
+  std::string (*bwd_declines)(const ops::SoftmaxBackward&);
+  void (*bwd)(const ops::SoftmaxBackward&);
+};
+
+// Every implementation of softmax for dtype d: the reference, and with oneDNN the primitive
+// (f32, bf16 where the CPU computes in it) or the f16 emulation through f32.
+std::vector<SoftmaxKernels> softmax_paths(DType d) {
+  std::vector<SoftmaxKernels> out{{"ref", ops::accept_all<ops::SoftmaxForward>, ops::ref::softmax_forward,
+                                   ops::accept_all<ops::SoftmaxBackward>, ops::ref::softmax_backward}};
+#if MIXPREC_WITH_ONEDNN
+  namespace o = ops::onednn;
+  if (d == DType::f32 || (d == DType::bf16 && o::computes_in(d)))
+    out.push_back({"onednn", o::softmax_forward_declines, o::softmax_forward,
+                   o::softmax_backward_declines, o::softmax_backward});
+  if (d == DType::f16)
+    out.push_back({"f16_via_f32", o::softmax_forward_f16_declines, o::softmax_forward_f16,
+                   o::softmax_backward_f16_declines, o::softmax_backward_f16});
+#endif
+  return out;
+}
+
+// Rows 0, 2, 3 have no finite maximum (all -inf; a NaN; a +inf); row 1 is ordinary, with one
+// -inf entry (y 0, log -inf there; finite gradients).
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+const std::vector<double> kDegenerateRows{-kInf, -kInf, -kInf, -kInf, 1, 2, 3, -kInf,
+                                          1,     kNan,  2,     3,     kInf, 1, 2, 3};
+
+TEST(Softmax, RowsWithoutFiniteMaxAreNanForwardAndBackwardOnEveryPath) {
+  // exp(x - max) with max = -inf (or +inf) is exp(NaN): such a row has no distribution, and
+  // PyTorch 1.13 gives NaN for its whole y and dx (softmax and log_softmax, f32, f64, bf16).
+  // Before: the oneDNN and f16 paths gave dx = -inf on an all -inf row of log_softmax on
+  // AVX-512 CPUs (its jit backward's exp(NaN) is 3.4e38), and y = {0, NaN, 0, 0} for a NaN.
+  const Tensor x64 = Tensor::from_vector<double>(kDegenerateRows, {4, 4});
+  const Tensor dy64 = Tensor::from_vector<double>({1, -2, 0.5, 3, 1, -2, 0.5, 3, 1, -2, 0.5, 3, 1, -2, 0.5, 3}, {4, 4});
+  // Row 1 by the f64 formulas: y = x - lse (log) or exp(x - lse); dx = dy - exp(y) * sum(dy)
+  // (log) or y * (dy - sum(dy * y)).
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const std::vector<double> g{1, -2, 0.5, 3};
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    const Tensor x = x64.astype(d), dy = dy64.astype(d);
+    for (bool log : {false, true}) {
+      std::vector<double> y1(4), dx1(4);
+      double s = 0;
+      for (int j = 0; j < 4; ++j) {
+        const double lp = j == 3 ? -kInf : (j + 1) - lse;
+        y1[j] = log ? lp : std::exp(lp);
+        s += log ? g[j] : g[j] * y1[j];
+      }
+      for (int j = 0; j < 4; ++j) dx1[j] = log ? g[j] - std::exp(y1[j]) * s : y1[j] * (g[j] - s);
+      for (const SoftmaxKernels& k : softmax_paths(d)) {
+        const std::string what = std::string(k.path) + " " + std::string(dtype_name(d)) + (log ? " log" : "");
+        ops::SoftmaxForward f{.x = x, .y = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
+        ASSERT_EQ(k.fwd_declines(f), "") << what;
+        k.fwd(f);
+        ops::SoftmaxBackward b{.y = f.y, .dy = dy, .dx = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
+        ASSERT_EQ(k.bwd_declines(b), "") << what;
+        k.bwd(b);
+        for (int64_t r : {0, 2, 3})
+          for (int64_t j = 0; j < 4; ++j) {
+            EXPECT_TRUE(std::isnan(f.y.at({r, j}))) << what << " y[" << r << ", " << j << "] = " << f.y.at({r, j});
+            EXPECT_TRUE(std::isnan(b.dx.at({r, j}))) << what << " dx[" << r << ", " << j << "] = " << b.dx.at({r, j});
+          }
+        const double tol = 4 * testing::tolerance_for(d).rel;
+        for (int64_t j = 0; j < 4; ++j) {
+          const size_t u = static_cast<size_t>(j);
+          if (std::isinf(y1[u])) EXPECT_EQ(f.y.at({1, j}), y1[u]) << what;
+          else EXPECT_NEAR(f.y.at({1, j}), y1[u], tol * (1 + std::fabs(y1[u]))) << what << " y[1, " << j << "]";
+          EXPECT_NEAR(b.dx.at({1, j}), dx1[u], tol * (1 + std::fabs(dx1[u]))) << what << " dx[1, " << j << "]";
+        }
+      }
+    }
+  }
+}
+
+TEST(Softmax, NanRowRepairsForKernelsThatLeaveRowsPartlyFinite) {
+  // What oneDNN leaves (y {0, NaN, 0, 0} for x {1, NaN, 2, 3}; on AVX-512 its log-softmax
+  // backward gives dx = dy - 3.4e38 * sum(dy), here -inf, or dy when sum(dy) = 0) becomes NaN
+  // throughout the row; other rows and columns are untouched.
+  for (DType d : {DType::f32, DType::bf16}) {
+    Tensor y = Tensor::from_vector<double>({0, kNan, 0, 0, 0.25, 0.25, 0.5, 0}, {2, 4}).astype(d);
+    ops::ref::fill_nan_rows(y, 1);
+    for (int64_t j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(y.at({0, j}))) << dtype_name(d) << " " << j;
+    EXPECT_EQ(y.to_vector<double>()[6], 0.5);
+    Tensor yc = Tensor::from_vector<double>({kNan, 0.5, kNan, 0.5}, {2, 2}).astype(d);
+    ops::ref::fill_nan_rows(yc, 0);  // along axis 0: column 0 holds the NaNs
+    EXPECT_TRUE(std::isnan(yc.at({0, 0})) && std::isnan(yc.at({1, 0})) && yc.at({0, 1}) == 0.5 && yc.at({1, 1}) == 0.5)
+        << dtype_name(d) << yc;
+    const Tensor dx = Tensor::from_vector<double>({-kInf, -kInf, -kInf, -kInf, 1, -2, 0.5, 3}, {2, 4}).astype(d);
+    ops::ref::nan_where_nan(y, dx);
+    for (int64_t j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(dx.at({0, j}))) << dtype_name(d) << " " << j;
+    EXPECT_EQ(dx.to_vector<double>()[5], -2);
+  }
+}
+
+TEST(Softmax, AllMinusInfRowThroughAutogradIsNanInEveryDtype) {
+  // The same through the op (default dispatch, autograd) as a user reaches it.
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (bool log : {false, true}) {
+      Tensor x = Tensor::from_vector<double>(kDegenerateRows, {4, 4}).astype(d).set_requires_grad(true);
+      const Tensor y = log ? ops::log_softmax(x) : ops::softmax(x);
+      y.backward(ones({4, 4}, {.dtype = d}));
+      const std::string what = std::string(dtype_name(d)) + (log ? " log" : "");
+      for (int64_t j = 0; j < 4; ++j) {
+        EXPECT_TRUE(std::isnan(y.at({0, j}))) << what;
+        EXPECT_TRUE(std::isnan(x.grad().at({0, j}))) << what;
+        EXPECT_FALSE(std::isnan(x.grad().at({1, j}))) << what;
+      }
+    }
+  }
 }
 
 #if MIXPREC_WITH_ONEDNN

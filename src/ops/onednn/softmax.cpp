@@ -1,6 +1,7 @@
 // oneDNN softmax / log-softmax over one axis of a contiguous tensor (softmax_v2: the accurate
 // algorithm subtracts the max; bf16 accumulates in f32 inside oneDNN). Primitives are cached
 // per shape, dtype, axis and algorithm. f16 goes through the f32 primitive on converted copies.
+// Rows without a distribution are made NaN throughout, as the reference does (ref/softmax.h).
 #include "ops/onednn/softmax.h"
 
 #include "ops/onednn/context.h"
@@ -90,6 +91,7 @@ void softmax_forward(const SoftmaxForward& p) {
   const auto k = fwd(p.x.shape(), p.x.dtype(), p.axis, p.log);
   execute(k->prim, Args{{DNNL_ARG_SRC, mem(k->pd.src_desc(), p.x.data_ptr())},
                         {DNNL_ARG_DST, mem(k->pd.dst_desc(), p.y.data_ptr())}});
+  ref::fill_nan_rows(p.y, p.axis);  // a NaN or +inf in x leaves the rest of its row finite
 }
 
 std::string softmax_backward_declines(const SoftmaxBackward& p) {
@@ -103,6 +105,7 @@ void softmax_backward(const SoftmaxBackward& p) {
   execute(k->prim, Args{{DNNL_ARG_DST, mem(k->pd.dst_desc(), p.y.data_ptr())},
                         {DNNL_ARG_DIFF_DST, mem(k->pd.diff_dst_desc(), p.dy.data_ptr())},
                         {DNNL_ARG_DIFF_SRC, mem(k->pd.diff_src_desc(), p.dx.data_ptr())}});
+  if (p.log) ref::nan_where_nan(p.y, p.dx);  // the jit backward's exp(NaN) is 3.4e38
 }
 
 std::string softmax_forward_f16_declines(const SoftmaxForward& p) {

@@ -44,7 +44,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, bool spar
       for (int64_t j = 0; j < c; ++j)
         if (j != jmax) rest += std::exp(xi[j] - m);
       mx[i] = m;
-      ls[i] = std::log1p(rest);
+      // A row without a finite max (all -inf, a +inf) has no distribution: NaN, as in
+      // log_softmax (a NaN logit already makes rest NaN). The backward reads it from ls.
+      ls[i] = std::isfinite(m) ? std::log1p(rest) : std::numeric_limits<C>::quiet_NaN();
       if (sparse) {
         out[i] = (m - xi[labels.data<int64_t>()[i]]) + ls[i];
       } else {

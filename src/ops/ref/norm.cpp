@@ -1,7 +1,8 @@
 // Reference batch and layer normalisation (forward and backward): plain loops that load each
 // element, compute in compute_t<T> (f32 for f32/f16/bf16, f64 for f64) and round the result
-// once. Statistics are two-pass (mean, then the mean squared deviation). Parallel loops give
-// each channel / row / column block to one thread, so results never depend on the thread count.
+// once. Layer norm's statistics are two-pass (mean, then the mean squared deviation); batch
+// norm's are one shifted pass summed in f64 (batch_norm_statistics). Parallel loops give each channel / row /
+// column block to one thread, so results never depend on the thread count.
 #include "ops/ref/norm.h"
 
 #include <cmath>
@@ -54,6 +55,7 @@ namespace ref {
 // ---------------------------------------------------------------- batch norm
 
 void batch_norm_forward(const BatchNormForward& p) {
+  if (p.training) batch_norm_statistics(p.x, p.mean, p.var);
   visit_float(p.x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
     const std::vector<int64_t> xo = channel_offsets(p.x), yo = channel_offsets(p.y);
@@ -67,18 +69,6 @@ void batch_norm_forward(const BatchNormForward& p) {
 #pragma omp parallel for schedule(static) if (nc * m > 32768)
     for (int64_t c = 0; c < nc; ++c) {
       const T* xc = xb + c * xcs;
-      if (p.training) {
-        C sum = 0;
-        for (int64_t i = 0; i < m; ++i) sum += load(xc[xo[i]]);
-        const C mu = sum / static_cast<C>(m);
-        C sq = 0;
-        for (int64_t i = 0; i < m; ++i) {
-          const C d = load(xc[xo[i]]) - mu;
-          sq += d * d;
-        }
-        mean[c] = mu;
-        var[c] = sq / static_cast<C>(m);
-      }
       const C invstd = C(1) / std::sqrt(var[c] + static_cast<C>(p.eps));
       const C scale = gamma[c] * invstd, mu = mean[c], shift = beta[c];
       T* yc = yb + c * ycs;

@@ -47,6 +47,12 @@ struct LayerNormBackward {
 };
 
 namespace ref {
+// The batch mean and biased variance of each channel of a dense x [N, C, ...] into packed
+// compute-dtype mean / var [C], in one pass: the sums of d = x - shift and d^2, with the shift
+// the channel's first value, in f64 over blocks fixed by the shape (thread-count independent).
+// A constant channel gets its value and 0 exactly. Every batch norm implementation's training
+// statistics come from here.
+void batch_norm_statistics(const Tensor& x, const Tensor& mean, const Tensor& var);
 void batch_norm_forward(const BatchNormForward& p);
 void batch_norm_backward(const BatchNormBackward& p);
 void layer_norm_forward(const LayerNormForward& p);

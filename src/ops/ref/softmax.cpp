@@ -1,6 +1,8 @@
 // Reference softmax / log-softmax, forward and backward: for each (outer, inner) position the
 // axis is walked with stride `inner`; max first, then the sum of exp(x - max), all in
 // compute_t<T>; each output rounded once. One thread per outer index: thread-count independent.
+// A row without a finite max is NaN throughout; fill_nan_rows / nan_where_nan repair other
+// kernels' outputs to that rule.
 #include "ops/ref/softmax.h"
 
 #include <cmath>
@@ -53,8 +55,12 @@ void softmax_forward(const SoftmaxForward& p) {
         int64_t kmax = 0;
         for (int64_t k = 0; k < a.n; ++k)
           if (const C v = load(x[k * a.inner]); v > mx) mx = v, kmax = k;
+        if (!std::isfinite(mx)) {  // all -inf, or a +inf: no distribution
+          for (int64_t k = 0; k < a.n; ++k) y[k * a.inner] = store<T>(std::numeric_limits<C>::quiet_NaN());
+          continue;
+        }
         // sum = 1 + rest (the max's own term is exactly 1); log1p(rest) keeps log-probs near 0
-        // accurate to their last digit.
+        // accurate to their last digit. A NaN in the row makes rest, and so the row, NaN.
         C rest = 0;
         for (int64_t k = 0; k < a.n; ++k)
           if (k != kmax) rest += std::exp(load(x[k * a.inner]) - mx);
@@ -95,6 +101,47 @@ void softmax_backward(const SoftmaxBackward& p) {
         }
       }
     }
+  });
+}
+
+namespace {
+// True when any element of t (contiguous) is NaN.
+template <class T>
+bool any_nan(const T* p, int64_t n) {
+  int any = 0;
+#pragma omp parallel for simd reduction(| : any) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const auto v = load(p[i]);
+    any |= v != v;
+  }
+  return any != 0;
+}
+}  // namespace
+
+void fill_nan_rows(const Tensor& y, int64_t axis) {
+  const AxisSplit a = split(y.shape(), axis);
+  visit_float(y.dtype(), [&]<class T>() {
+    T* yb = static_cast<T*>(y.data_ptr());
+    if (!any_nan(yb, y.numel())) return;
+    const T nan = store<T>(std::numeric_limits<float>::quiet_NaN());
+    for (int64_t o = 0; o < a.outer; ++o)
+      for (int64_t i = 0; i < a.inner; ++i) {
+        T* row = yb + o * a.n * a.inner + i;
+        bool has = false;
+        for (int64_t k = 0; k < a.n && !has; ++k) has = std::isnan(load(row[k * a.inner]));
+        if (has)
+          for (int64_t k = 0; k < a.n; ++k) row[k * a.inner] = nan;
+      }
+  });
+}
+
+void nan_where_nan(const Tensor& y, const Tensor& dx) {
+  visit_float(y.dtype(), [&]<class T>() {
+    const T* yb = static_cast<const T*>(y.data_ptr());
+    T* db = static_cast<T*>(dx.data_ptr());
+    if (!any_nan(yb, y.numel())) return;
+    for (int64_t i = 0; i < y.numel(); ++i)
+      if (std::isnan(load(yb[i]))) db[i] = yb[i];
   });
 }
 

@@ -27,9 +27,19 @@ struct SoftmaxBackward {
   std::string describe() const;
 };
 
+// A row (the values along the axis) whose maximum is not finite (all -inf, a +inf, a NaN) has
+// no distribution: every implementation gives NaN for its whole row of y, and so for dx, as
+// the formulas and PyTorch do. The reference kernels apply this directly.
 namespace ref {
 void softmax_forward(const SoftmaxForward& p);
 void softmax_backward(const SoftmaxBackward& p);
+
+// For kernels that leave such a row only partly NaN (oneDNN: NaN where x is NaN, 0 or -inf
+// elsewhere): fills every row of y that holds a NaN with NaN. One read of y when none does.
+void fill_nan_rows(const Tensor& y, int64_t axis);
+// dx = NaN wherever y is NaN (oneDNN's vector exp turns exp(NaN) into exp(88.7), so its
+// log-softmax backward gives dy - 3.4e38 * sum(dy) there: -inf, or dy when sum(dy) is 0).
+void nan_where_nan(const Tensor& y, const Tensor& dx);
 }  // namespace ref
 
 }  // namespace mixprec::ops

@@ -1,0 +1,193 @@
+// Batch norm's training statistics, shared by every implementation (reference, oneDNN, f16
+// via f32): per channel, one pass summing d = x - shift and d^2 in f64 (four-lane GCC vectors,
+// an AVX2 clone chosen at run time; each lane adds in a fixed order, so the bits are the same
+// on every instruction set and thread count). The shift is the channel's first value, so a
+// constant channel gets its value as the mean and a variance of exactly 0.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "mixprec/cpu_features.h"
+#include "ops/op_common.h"
+#include "ops/ref/norm.h"
+
+namespace mixprec::ops {
+namespace {
+
+// A dense x [N, C, ...] seen in memory as [outer][C][inner]: inner is the channel's stride (the
+// dims laid out inside a channel), outer the rest, so channel c holds (o * C + c) * inner + i.
+struct ChannelBlocks {
+  int64_t outer, channels, inner;
+};
+ChannelBlocks channel_blocks(const Tensor& x) {
+  const int64_t c = x.shape()[1], n = x.numel();
+  const int64_t inner = c == 1 ? n : x.strides()[1];
+  return {c > 0 && inner > 0 ? n / (c * inner) : 0, c, inner};
+}
+
+// Four f64 lanes: one AVX2 register, or two SSE2 ones.
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint16_t v4h __attribute__((vector_size(8)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+#define MIXPREC_INLINE [[gnu::always_inline]] inline
+
+template <class T>
+MIXPREC_INLINE void load4(const T* p, v4d& out) {
+  if constexpr (std::is_same_v<T, float>) {
+    v4f v;
+    std::memcpy(&v, p, sizeof v);
+    out = __builtin_convertvector(v, v4d);
+  } else if constexpr (std::is_same_v<T, bf16>) {  // bf16 is the top half of an f32
+    v4h h;
+    std::memcpy(&h, p, sizeof h);
+    const v4u w = __builtin_convertvector(h, v4u) << 16;
+    v4f v;
+    std::memcpy(&v, &w, sizeof v);
+    out = __builtin_convertvector(v, v4d);
+  } else {
+    out = v4d{static_cast<double>(load(p[0])), static_cast<double>(load(p[1])),
+              static_cast<double>(load(p[2])), static_cast<double>(load(p[3]))};
+  }
+}
+
+// One channel's contiguous run x[0, n) shifted by k: sums of d and d * d added to t1, t2.
+template <class T>
+MIXPREC_INLINE void add_run(const T* x, int64_t n, double k, double& t1, double& t2) {
+  v4d s1a{}, s1b{}, s2a{}, s2b{}, d, e;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    load4(x + i, d);
+    load4(x + i + 4, e);
+    d -= k;
+    e -= k;
+    s1a += d;
+    s1b += e;
+    s2a += d * d;
+    s2b += e * e;
+  }
+  s1a += s1b;
+  s2a += s2b;
+  double r1 = (s1a[0] + s1a[1]) + (s1a[2] + s1a[3]), r2 = (s2a[0] + s2a[1]) + (s2a[2] + s2a[3]);
+  for (; i < n; ++i) {
+    const double v = static_cast<double>(load(x[i])) - k;
+    r1 += v;
+    r2 += v * v;
+  }
+  t1 += r1;
+  t2 += r2;
+}
+
+// Channels-last: channels [c, c + 4 * V) of `rows` rows of C values, V lanes of four side by
+// side (one cache line per row for V = 4); their sums added to a1[c...], a2[c...].
+template <int V, class T>
+MIXPREC_INLINE void add_columns(const T* x, int64_t rows, int64_t channels, int64_t c,
+                                const double* shift, double* a1, double* a2) {
+  v4d k[V], s1[V], s2[V], d;
+  std::memcpy(k, shift + c, sizeof k);
+  std::memcpy(s1, a1 + c, sizeof s1);
+  std::memcpy(s2, a2 + c, sizeof s2);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int v = 0; v < V; ++v) {
+      load4(x + r * channels + c + 4 * v, d);
+      d -= k[v];
+      s1[v] += d;
+      s2[v] += d * d;
+    }
+  std::memcpy(a1 + c, s1, sizeof s1);
+  std::memcpy(a2 + c, s2, sizeof s2);
+}
+
+// Channels-last: `rows` rows of C values; channel c's sums added to a1[c], a2[c].
+template <class T>
+MIXPREC_INLINE void add_rows(const T* x, int64_t rows, int64_t channels, const double* shift,
+                             double* a1, double* a2) {
+  int64_t c = 0;
+  for (; c + 16 <= channels; c += 16) add_columns<4>(x, rows, channels, c, shift, a1, a2);
+  for (; c + 4 <= channels; c += 4) add_columns<1>(x, rows, channels, c, shift, a1, a2);
+  for (; c < channels; ++c)
+    for (int64_t r = 0; r < rows; ++r) {
+      const double v = static_cast<double>(load(x[r * channels + c])) - shift[c];
+      a1[c] += v;
+      a2[c] += v * v;
+    }
+}
+
+// Unit u of shifted_sums: outer rows x one inner block, into its own a1[C], a2[C].
+template <class T>
+MIXPREC_INLINE void unit_sums(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows, int64_t ib,
+                              const double* shift, double* a1, double* a2) {
+  const int64_t nib = (s.inner + ib - 1) / ib;
+  const int64_t o0 = (u / nib) * rows, o1 = std::min(s.outer, o0 + rows);
+  const int64_t i0 = (u % nib) * ib, i1 = std::min(s.inner, i0 + ib);
+  if (s.inner == 1) return add_rows(x + o0 * s.channels, o1 - o0, s.channels, shift, a1, a2);
+  for (int64_t o = o0; o < o1; ++o)
+    for (int64_t c = 0; c < s.channels; ++c)
+      add_run(x + (o * s.channels + c) * s.inner + i0, i1 - i0, shift[c], a1[c], a2[c]);
+}
+template <class T>
+__attribute__((target("avx2"))) void unit_sums_avx2(const T* x, const ChannelBlocks& s, int64_t u,
+                                                    int64_t rows, int64_t ib, const double* shift,
+                                                    double* a1, double* a2) {
+  unit_sums(x, s, u, rows, ib, shift, a1, a2);
+}
+template <class T>
+void unit_sums_base(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows, int64_t ib,
+                    const double* shift, double* a1, double* a2) {
+  unit_sums(x, s, u, rows, ib, shift, a1, a2);
+}
+
+// Per channel, the f64 sums of d = x - shift[c] and of d * d. Work units (outer rows x inner
+// blocks) and their order depend on the shape alone; each unit sums its part of every channel
+// into its own slots, and the units are added in order.
+template <class T>
+void shifted_sums(const T* x, const ChannelBlocks& s, const double* shift, double* s1, double* s2) {
+  const int64_t ib = std::min<int64_t>(s.inner, 4096), nib = (s.inner + ib - 1) / ib;
+  const int64_t rows = std::max<int64_t>(1, 32768 / (s.channels * ib)), nrb = (s.outer + rows - 1) / rows;
+  std::vector<double> part(static_cast<size_t>(2 * nrb * nib * s.channels), 0.0);
+  const auto unit = cpu_features().avx2 ? unit_sums_avx2<T> : unit_sums_base<T>;
+#pragma omp parallel for schedule(static) if (s.outer * s.channels * s.inner > 32768)
+  for (int64_t u = 0; u < nrb * nib; ++u) {
+    double* a1 = part.data() + 2 * u * s.channels;
+    unit(x, s, u, rows, ib, shift, a1, a1 + s.channels);
+  }
+  std::fill(s1, s1 + s.channels, 0.0);
+  std::fill(s2, s2 + s.channels, 0.0);
+  for (int64_t u = 0; u < nrb * nib; ++u)
+    for (int64_t c = 0; c < s.channels; ++c) {
+      s1[c] += part[static_cast<size_t>((2 * u) * s.channels + c)];
+      s2[c] += part[static_cast<size_t>((2 * u + 1) * s.channels + c)];
+    }
+}
+
+}  // namespace
+
+namespace ref {
+
+void batch_norm_statistics(const Tensor& x, const Tensor& mean, const Tensor& var) {
+  visit_float(x.dtype(), [&]<class T>() {
+    using C = compute_t<T>;
+    const ChannelBlocks s = channel_blocks(x);
+    if (s.outer == 0) return;
+    const T* xb = static_cast<const T*>(x.data_ptr());
+    const size_t nc = static_cast<size_t>(s.channels);
+    // The shift is one of the channel's own values: a constant channel sums to 0 exactly, and
+    // (shift - mean)^2 <= m * var bounds the cancellation in s2 / m - (s1 / m)^2 to a relative
+    // error of about m * 2^-53 (below f32 rounding for m < 2^28).
+    std::vector<double> shift(nc), s1(nc), s2(nc);
+    for (size_t c = 0; c < nc; ++c) shift[c] = load(xb[static_cast<int64_t>(c) * s.inner]);
+    shifted_sums(xb, s, shift.data(), s1.data(), s2.data());
+    const double m = static_cast<double>(s.outer * s.inner);
+    C* mp = mean.data<C>();
+    C* vp = var.data<C>();
+    for (size_t c = 0; c < nc; ++c) {
+      const double d = s1[c] / m;
+      mp[c] = static_cast<C>(shift[c] + d);
+      vp[c] = static_cast<C>(std::max(0.0, s2[c] / m - d * d));
+    }
+  });
+}
+
+}  // namespace ref
+}  // namespace mixprec::ops
