@@ -111,11 +111,10 @@ Data load_data(const TrainArgs& a) {
   return d;
 }
 
-// Restores the state saved at `a.resume` after checking its settings; returns the step it
+// Restores the state saved at `a.resume` (whose settings were checked before); returns the step it
 // continues after.
-int64_t resume(const TrainArgs& a, train::Model& model, const io::Metadata& settings, train::TrainOptions& topts) {
+int64_t resume(const TrainArgs& a, train::Model& model, train::TrainOptions& topts) {
   const train::ResumeInfo info = train::load_training_state(a.resume, model);
-  check_same_settings(info.metadata, settings, a.resume);
   MIXPREC_CHECK(a.max_steps < 0 || a.max_steps > info.global_step, "--max-steps ", a.max_steps, ": the run in ",
                 a.resume, " is already at step ", info.global_step, Hint{"--max-steps counts all steps, resumed ones too"});
   MIXPREC_CHECK(info.epoch < a.epochs, "--resume ", a.resume, ": the run already finished its ", a.epochs,
@@ -273,6 +272,8 @@ int run_train(const TrainArgs& a) {
   check_writable(a.checkpoint, "--checkpoint");
   check_writable(a.trace, "--trace");
   const int threads = set_threads(a.threads);
+  const io::Metadata settings = trajectory_settings(a, threads);
+  if (!a.resume.empty()) check_same_settings(io::read_safetensors(a.resume).metadata, settings, a.resume);
   manual_seed(a.seed);
   std::optional<bool> keep_bn;
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
@@ -300,9 +301,8 @@ int run_train(const TrainArgs& a) {
     if (a.show_precision) std::printf("%s", amp::format_precision_table(precision_rows).c_str());
   }
 
-  const io::Metadata settings = trajectory_settings(a, threads);
   train::TrainOptions topts{.max_steps = a.max_steps};
-  const int64_t resumed_at = a.resume.empty() ? -1 : resume(a, model, settings, topts);
+  const int64_t resumed_at = a.resume.empty() ? -1 : resume(a, model, topts);
   auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &data.test);
   auto guard = std::make_shared<train::OverflowGuard>(
       train::GuardOptions{.action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate});

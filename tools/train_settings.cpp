@@ -103,6 +103,9 @@ void validate(const TrainArgs& a) {
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
                 ": needs --checkpoint FILE (where to save)");
   std::error_code ec;
+  MIXPREC_CHECK(a.resume.empty() || std::filesystem::is_regular_file(a.resume, ec), "--resume ", a.resume, ": ",
+                std::filesystem::exists(a.resume, ec) ? "not a regular file" : "no such file",
+                Hint{"pass the --checkpoint file of the run to continue"});
   if (a.checkpoint.empty() || a.overwrite || !std::filesystem::exists(a.checkpoint, ec) ||
       std::filesystem::is_directory(a.checkpoint, ec))
     return;  // a directory: check_writable says so
