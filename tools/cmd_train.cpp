@@ -265,6 +265,32 @@ std::map<std::string, double> final_metrics(const TrainArgs& a, train::Model& mo
   return metrics;
 }
 
+// After training: the final metrics, the checkpoint, the summary and the report; after an early
+// stop, how to continue; the exit status (trace write failure: 1; signal: 128 + it; guard: 3).
+int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Metadata& settings,
+           const TraceWriter* trace, const dataset::Dataset& test, std::chrono::steady_clock::time_point t0) {
+  const int sig = StopSignals::received();
+  const std::string trace_error = trace ? trace->error() : "";
+  if (sig) r.interrupted = std::string("stopped by ") + StopSignals::name(sig);
+  else if (!trace_error.empty()) r.interrupted = "stopped: " + trace_error;
+  if (sig) std::fprintf(stderr, "mixprec: %s after step %lld\n", r.interrupted.c_str(), static_cast<long long>(model.global_step()));
+  r.metrics = final_metrics(a, model, r.history, test, !r.interrupted.empty() || !r.guard.stop_reason().empty());
+  if (!a.checkpoint.empty()) {
+    train::save_training_state(a.checkpoint, model, settings);
+    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
+  }
+  if (!r.guard.stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", r.guard.stop_reason().c_str());
+  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.samples_per_second = static_cast<double>(r.history.steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
+  print_summary(r);
+  if (!a.report.empty()) write_report(a, r);
+  const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
+  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model);
+  MIXPREC_CHECK(trace_error.empty(), trace_error, " (training stopped at step ", model.global_step(), ")");
+  if (sig) return 128 + sig;
+  return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
+}
+
 int run_train(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   validate(a);
@@ -318,31 +344,14 @@ int run_train(const TrainArgs& a) {
   RunResult r{*history, *guard, step, precision_rows};
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   r.peak = memory_stats().peak_bytes;
-  const int sig = StopSignals::received();
-  const std::string trace_error = trace ? trace->error() : "";
-  if (sig) r.interrupted = std::string("stopped by ") + StopSignals::name(sig);
-  else if (!trace_error.empty()) r.interrupted = "stopped: " + trace_error;
-  if (sig) std::fprintf(stderr, "mixprec: %s after step %lld\n", r.interrupted.c_str(), static_cast<long long>(model.global_step()));
-  r.metrics = final_metrics(a, model, *history, data.test, !r.interrupted.empty() || !guard->stop_reason().empty());
-  if (!a.checkpoint.empty()) {
-    train::save_training_state(a.checkpoint, model, settings);
-    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
-  }
-  if (!guard->stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", guard->stop_reason().c_str());
   r.optimizer = optimizer->name();
   r.threads = threads;
   r.resumed_at = resumed_at;
-  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.samples_per_second = static_cast<double>(history->steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
-  print_summary(r);
-  if (!a.report.empty()) write_report(a, r);
-  if (!r.interrupted.empty()) print_how_to_continue(a, model);
-  MIXPREC_CHECK(trace_error.empty(), trace_error, " (training stopped at step ", model.global_step(), ")");
-  if (sig) return 128 + sig;
-  return guard->stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
+  return finish(a, model, r, settings, trace.get(), data.test, t0);
 }
 
 }  // namespace
+
 Command register_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "Train a zoo model on Fashion-MNIST (or any MNIST-format data) with AMP");
