@@ -20,10 +20,11 @@ std::string csv_safe(std::string v) {
 }
 
 // The bytes of an existing trace to keep when resuming after `step`: the header and the complete
-// rows whose step is <= `step`. -1 when there is no file (start a new trace).
+// rows whose step is <= `step`. -1 when there is no file, or it is not a regular file (a pipe,
+// /dev/stdout): start a new trace.
 int64_t bytes_to_keep(const std::string& path, int64_t step) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return -1;
+  if (!std::filesystem::is_regular_file(path, ec)) return -1;
   std::ifstream in(path, std::ios::binary);
   MIXPREC_CHECK(in.good(), "--trace ", path, ": cannot read the trace to continue it");
   std::string line;

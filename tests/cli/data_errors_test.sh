@@ -3,17 +3,7 @@
 # the models take (not a Dense shape error deep in the first step); a training set smaller than
 # one batch says exactly that (not something about the learning-rate schedule).
 set -uo pipefail
-M="$1"
-source "$(dirname "$0")/tiny_data.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-expect_error() {  # expect_error "needle" args...
-  local needle="$1"; shift
-  "$M" "$@" > "$dir/out" 2> "$dir/err" && fail "accepted: $*"
-  grep -qF -- "$needle" "$dir/err" || fail "no '$needle' in the error for: $* -> $(cat "$dir/err")"
-  ! grep -q "steps (" "$dir/out" || fail "trained before failing: $*"
-}
+source "$(dirname "$0")/common.sh"
 make_tiny_data "$dir/odd" 16 27 29
 expect_error "--data: $dir/odd/train-images-idx3-ubyte holds 27x29 images; the zoo's models (--model lenet) take 28x28 images" \
   train --data "$dir/odd" --model lenet --batch-size 8 --max-steps 1

@@ -4,11 +4,7 @@
 # checkpoints are byte-identical. convnet-bn at O2-bf16 has BatchNorm, whose running statistics
 # the precision table's forward pass used to update.
 set -uo pipefail
-M="$1"
-source "$(dirname "$0")/tiny_data.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/common.sh"
 make_tiny_data "$dir/data" 64
 common=(train --data "$dir/data" --model convnet-bn --amp-level O2 --dtype bf16 --batch-size 8 --max-steps 1
         --no-eval --threads 2)

@@ -6,22 +6,16 @@
 # file-size limit always). Unwritable output paths fail before the first step. A new run refuses
 # to replace an existing checkpoint without --resume or --overwrite.
 set -uo pipefail
-M="$1"
-source "$(dirname "$0")/tiny_data.sh"
-dir=$(mktemp -d)
+source "$(dirname "$0")/common.sh"
 tfs="$dir/tmpfs"
-cleanup() { mountpoint -q "$tfs" 2>/dev/null && umount "$tfs"; rm -rf "$dir"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+at_exit 'mountpoint -q "$tfs" 2>/dev/null && umount "$tfs"'
 make_tiny_data "$dir/data" 64
 base=(train --data "$dir/data" --no-eval --threads 2 --print-every 1000)
 run=("${base[@]}" --batch-size 16)
 # expect_failure "needle" args...: non-zero exit, the needle in stderr, no "wrote report".
 expect_failure() {
-  local needle="$1"; shift
-  "$M" "$@" > "$dir/out" 2> "$dir/err" && fail "accepted: $*"
-  grep -q -- "$needle" "$dir/err" || fail "no '$needle' in the error for: $* -> $(cat "$dir/err")"
-  ! grep -q "wrote report" "$dir/out" || fail "said 'wrote report' for: $*"
+  expect_error "$@"
+  ! grep -q "wrote report" "$dir/out" || fail "said 'wrote report' for: ${*:2}"
 }
 # before_training: the run failed before its first step (no summary line).
 before_training() { ! grep -q "steps (" "$dir/out" || fail "failed only after training: $(cat "$dir/out")"; }

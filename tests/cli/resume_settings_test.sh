@@ -4,11 +4,7 @@
 # the new value. Settings that only observe or stop (--on-overflow warn vs stop, --threads) are
 # accepted; a different thread count prints a note.
 set -uo pipefail
-M="$1"
-source "$(dirname "$0")/tiny_data.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/common.sh"
 make_tiny_data "$dir/data" 64
 common=(train --data "$dir/data" --batch-size 16 --epochs 3 --no-eval --threads 2 --lr 1e-7)
 "$M" "${common[@]}" --max-steps 2 --checkpoint "$dir/c.safetensors" > /dev/null || fail "first run failed"

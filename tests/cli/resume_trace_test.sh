@@ -4,11 +4,7 @@
 # appends 4-7, so the trace equals that of a run that never stopped, byte for byte. The summary
 # and the report count this process's steps over this process's time.
 set -uo pipefail
-M="$1"
-source "$(dirname "$0")/tiny_data.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/common.sh"
 make_tiny_data "$dir/data" 64
 common=(train --data "$dir/data" --batch-size 16 --epochs 3 --no-eval --threads 2 --loss-scale dynamic:1024,2,3)
 "$M" "${common[@]}" --max-steps 7 --trace "$dir/straight.csv" > /dev/null || fail "straight run"

@@ -4,12 +4,9 @@
 # it, and exits 130 (SIGINT) or 143 (SIGTERM). The printed command resumes the run. A second
 # signal aborts at once (nothing saved).
 set -uo pipefail
-M="$1"
-source "$(dirname "$0")/tiny_data.sh"
-dir=$(mktemp -d)
+source "$(dirname "$0")/common.sh"
 pid=
-trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+at_exit '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null'
 make_tiny_data "$dir/data" 64
 # 400 steps: far more than the test waits for.
 long=(train --data "$dir/data" --batch-size 8 --epochs 50 --no-eval --threads 2 --print-every 1)

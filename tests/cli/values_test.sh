@@ -4,16 +4,7 @@
 # --train-samples -5 were accepted, --save-every without --checkpoint was ignored), each with a
 # message naming the flag. None of this needs a dataset: the values are checked first.
 set -uo pipefail
-M="$1"
-fail() { echo "FAIL: $*"; exit 1; }
-expect_error() {  # expect_error "needle" args...
-  local needle="$1"; shift
-  out=$("$M" "$@" 2>&1 < /dev/null)
-  local rc=$?
-  [ "$rc" -ne 0 ] || fail "accepted: $*"
-  [ "$rc" -lt 128 ] || fail "crashed with status $rc: $* -> $out"
-  grep -q -- "$needle" <<< "$out" || fail "no '$needle' in the error for: $* -> $out"
-}
+source "$(dirname "$0")/common.sh"
 
 # Empty values: every option that takes one, as --help lists them, for every command.
 checked=0

@@ -1,7 +1,27 @@
-# Sourced by the CLI tests: make_tiny_data DIR N [ROWS COLS] writes an MNIST-format dataset of N
+# Sourced by the CLI tests (after `set -uo pipefail`, with the mixprec binary as $1): M, a
+# temporary directory `dir` removed at exit (at_exit adds an action before that), fail,
+# expect_error, and make_tiny_data DIR N [ROWS COLS], which writes an MNIST-format dataset of N
 # train and N test samples (raw IDX files, ROWSxCOLS images, default 28x28) into DIR. The pixels
 # are text bytes and the labels cycle 0-9: deterministic, varied, and instant to load, so the
 # tests need neither Fashion-MNIST nor time to decompress it.
+M="$1"
+dir=$(mktemp -d)
+exit_actions=()
+at_exit() { exit_actions+=("$1"); }
+trap 'for action in "${exit_actions[@]}"; do eval "$action"; done; rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect_error NEEDLE ARGS...: mixprec ARGS fails (non-zero, not by a signal) with NEEDLE (a grep
+# basic regular expression) in its stderr; its output stays in $dir/out and $dir/err.
+expect_error() {
+  local needle="$1" rc
+  shift
+  "$M" "$@" > "$dir/out" 2> "$dir/err" < /dev/null
+  rc=$?
+  [ "$rc" -ne 0 ] || fail "accepted: $*"
+  [ "$rc" -lt 128 ] || fail "died with status $rc: $* -> $(cat "$dir/err")"
+  grep -q -- "$needle" "$dir/err" || fail "no '$needle' in the error for: $* -> $(cat "$dir/err")"
+}
 
 # idx_header DIM...: the IDX magic (unsigned bytes, as many dims as given) and the dims.
 idx_header() {
