@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <omp.h>
 #include <vector>
@@ -22,6 +21,7 @@
 #include "mixprec/ops/ops.h"
 #include "mixprec/rng.h"
 #include "mixprec/version.h"
+#include "output_file.h"
 #include "train_common.h"
 
 namespace mixprec::cli {
@@ -81,6 +81,8 @@ int run_bench(const BenchArgs& a) {
   const DType low = parse_low_dtype(a.dtype);
   const int64_t batch = a.batch_size > 0 ? a.batch_size : nn::default_batch_size(a.model);
   MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+  MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
+  check_writable(a.report, "--report");
   manual_seed(0);
   auto net = nn::make_model(a.model);
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
@@ -183,9 +185,7 @@ int run_bench(const BenchArgs& a) {
     j["skipped_steps"] = step->skipped_steps();
     j["cpu_features"] = describe(cpu_features());
     j["mixprec_version"] = MIXPREC_VERSION;
-    std::ofstream f(a.report);
-    MIXPREC_CHECK(f.good(), "--report: cannot open '", a.report, "' for writing");
-    f << j.dump(2) << "\n";
+    write_file_replacing(a.report, j.dump(2) + "\n", "--report");
   }
   return 0;
 }

@@ -33,6 +33,7 @@ Command register_eval(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "Evaluation batch size")->capture_default_str();
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
   return {cmd, [a] {
+    MIXPREC_CHECK(a->batch_size >= 1, "--batch-size: expected at least 1, got ", a->batch_size);
     set_threads(a->threads);
     auto net = nn::make_model(a->model);
     const auto report = io::load_param_into_net(*net, io::load_checkpoint(a->checkpoint), {.strict = true});

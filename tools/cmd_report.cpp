@@ -3,12 +3,11 @@
 // Reading and rendering live in tools/report/; this file parses the command line and writes the
 // page to a temporary file that is renamed into place, so a failed run leaves no half page.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "commands.h"
 #include "mixprec/error.h"
+#include "output_file.h"
 #include "report/page.h"
 
 namespace mixprec::cli {
@@ -19,30 +18,13 @@ struct ReportArgs {
   size_t max_points = 2000;
 };
 
-void write_file(const std::string& path, const std::string& text) {
-  const std::filesystem::path p(path);
-  std::error_code ec;
-  if (!p.parent_path().empty()) std::filesystem::create_directories(p.parent_path(), ec);
-  MIXPREC_CHECK(!ec, "-o: cannot create directory '", p.parent_path().string(), "': ", ec.message());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    MIXPREC_CHECK(f.good(), "-o: cannot open '", tmp, "' for writing");
-    f << text;
-    f.close();
-    MIXPREC_CHECK(f.good(), "-o: cannot write '", tmp, "'");
-  }
-  std::filesystem::rename(tmp, p, ec);
-  MIXPREC_CHECK(!ec, "-o: cannot rename '", tmp, "' to '", path, "': ", ec.message());
-}
-
 int run_report(const ReportArgs& a) {
   MIXPREC_CHECK(a.max_points >= 16, "--max-points: expected at least 16, got ", a.max_points);
   const report::Run run = report::read_run(a.run);
   std::optional<report::Trace> trace;
   if (!a.trace.empty()) trace = report::read_trace(a.trace);
   const std::string html = report::render_page(run, trace ? &*trace : nullptr, {.max_points = a.max_points});
-  write_file(a.output, html);
+  write_file_replacing(a.output, html, "-o");
   std::printf("wrote %s (%zu kB)%s\n", a.output.c_str(), (html.size() + 999) / 1000,
               trace ? "" : "; pass --trace FILE for per-step curves");
   return 0;

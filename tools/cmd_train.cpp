@@ -1,13 +1,11 @@
 // `mixprec train`: trains a zoo model on an MNIST-format dataset (Fashion-MNIST by default) with
 // any AMP level, low dtype and loss-scale choice; shows progress; evaluates on the test split;
 // writes a JSON report and an fp32 checkpoint on request; --trace writes a per-step CSV.
-// `mixprec eval` evaluates a checkpoint. Defaults train the seed's SimpleNet with O2/bf16.
-#include <omp.h>
-
+// Every output path is checked before the first step; SIGINT/SIGTERM stop after the current step
+// and save (train_signals.h). Options and resume checks: train_settings.h.
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -23,63 +21,17 @@
 #include "mixprec/train/guard.h"
 #include "mixprec/train/model.h"
 #include "mixprec/version.h"
+#include "output_file.h"
 #include "train_common.h"
+#include "train_settings.h"
+#include "train_signals.h"
+#include "train_trace.h"
 
 namespace mixprec::cli {
 namespace {
 
-struct TrainArgs {
-  std::string model = "simplenet";
-  std::string data = dataset::kFashionMnistDir;
-  int64_t epochs = 2;
-  int64_t max_steps = -1;
-  int64_t batch_size = 64;
-  int64_t train_samples = -1;
-  OptimizerSpec opt;
-  uint64_t seed = 1;
-  int threads = 0;
-  std::string amp_level = "O2";
-  std::string dtype = "bf16";
-  std::string keep_bn = "default";
-  std::string loss_scale = "default";
-  std::string report, checkpoint, trace, resume;
-  int64_t save_every = 0;
-  bool show_precision = false;
-  bool no_eval = false;
-  bool eval_every_epoch = true;
-  bool check_numerics = false;
-  std::string on_overflow = "warn";
-  int64_t grad_stats_every = 0;
-  double max_skip_rate = 0.05;
-  int64_t print_every = 100;
-};
-
-// Per-step CSV: step, epoch, loss, scale, skipped, overflow, lr.
-class TraceWriter : public train::Callback {
- public:
-  explicit TraceWriter(const std::string& path) : out_(path) {
-    MIXPREC_CHECK(out_.good(), "--trace: cannot open '", path, "' for writing");
-    out_ << "step,epoch,loss,scale,skipped,overflow,lr,casts,cast_bytes,low_flops_fraction,offending_op,phase,cell\n";
-  }
-  void on_step_end(train::RunContext& c) override {
-    const amp::StepInfo& s = c.step;
-    out_ << c.global_step << ',' << c.epoch + 1 << ',' << s.loss << ',' << s.loss_scale << ',' << (s.skipped ? 1 : 0)
-         << ',' << (s.overflow ? 1 : 0) << ',' << s.lr << ',' << s.casts << ',' << s.cast_bytes << ','
-         << s.low_flops_fraction << ',' << (s.event ? s.event->op_name : "") << ','
-         << (s.event ? s.event->phase : "") << ',' << (s.event ? csv_safe(s.event->cell) : "") << '\n';
-  }
-  static std::string csv_safe(std::string v) {
-    for (char& ch : v)
-      if (ch == ',' || ch == '\n' || ch == '"') ch = ' ';
-    return v;
-  }
-
- private:
-  std::ofstream out_;
-};
-
 // Mean loss over each epoch's steps, per-epoch test metrics and gradient statistics, for the
-// report.
+// report; the steps and skips of this process (a resumed run counts only its own).
 class History : public train::Callback {
  public:
   explicit History(const dataset::Dataset* test) : test_(test) {}
@@ -88,8 +40,9 @@ class History : public train::Callback {
       sum_ += c.step.loss;
       ++n_;
     }
-    skipped_ += c.step.skipped;
-    steps_ = c.global_step;
+    skipped_this_run += c.step.skipped;
+    ++steps_this_run;
+    total_steps = c.global_step;
     for (const amp::GradStats& g : c.step.grad_stats)
       if (grad_stats.size() < 20000)
         grad_stats.push_back({{"step", c.global_step}, {"param", g.param}, {"max_abs", g.max_abs},
@@ -100,7 +53,7 @@ class History : public train::Callback {
     const double loss = n_ ? sum_ / static_cast<double>(n_) : NAN;
     epoch_losses.push_back(loss);
     nlohmann::json e{{"epoch", c.epoch + 1}, {"train_loss", loss}};
-    if (test_ && c.model) {
+    if (test_ && c.model && !StopSignals::received()) {  // interrupted: save first, evaluate never
       const auto m = c.model->eval(*test_);
       e["test_accuracy"] = m.at("Accuracy");
       e["test_loss"] = m.at("Loss");
@@ -114,199 +67,287 @@ class History : public train::Callback {
   std::vector<double> epoch_losses;
   nlohmann::json epoch_metrics = nlohmann::json::array();
   nlohmann::json grad_stats = nlohmann::json::array();
-  int64_t skipped_ = 0, steps_ = 0;
+  int64_t steps_this_run = 0, skipped_this_run = 0, total_steps = 0;
 
  private:
   const dataset::Dataset* test_;
-
- private:
   double sum_ = 0;
   int64_t n_ = 0;
 };
 
-// Creates the parent directory of an output file, so `--report runs/x.json` just works.
-void ensure_parent(const std::string& path) {
-  if (path.empty()) return;
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (parent.empty()) return;
+// "DIR/NAME" or "DIR/NAME.gz", whichever the dataset reads (the raw file wins).
+std::string idx_file(const std::string& dir, const std::string& stem) {
   std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  MIXPREC_CHECK(!ec, "cannot create directory '", parent.string(), "' for '", path, "': ", ec.message());
+  const auto raw = std::filesystem::path(dir) / stem;
+  return std::filesystem::exists(raw, ec) ? raw.string() : raw.string() + ".gz";
+}
+
+// Every zoo model takes 1x28x28 images (nn/zoo.h).
+void check_image_shape(const dataset::Dataset& ds, const std::string& file, const std::string& model) {
+  const Shape want{1, 28, 28};
+  const Shape got = ds.source().sample_shape();
+  MIXPREC_CHECK(got == want, "--data: ", file, " holds ", got[1], "x", got[2], " images; the zoo's models (--model ",
+                model, ") take ", want[1], "x", want[2], " images (", shape_str(want), " per sample)",
+                Hint{"pass --data with MNIST-format 28x28 images (MNIST, Fashion-MNIST)"});
+}
+
+struct Data {
+  dataset::Dataset train, test;
+};
+
+Data load_data(const TrainArgs& a) {
+  dataset::MnistOptions train_opts{.usage = "train"};
+  if (a.train_samples > 0) train_opts.num_samples = a.train_samples;
+  const dataset::MnistDataset train_raw(a.data, train_opts);
+  const dataset::MnistDataset test_raw(a.data, {.usage = "test"});
+  check_image_shape(train_raw, idx_file(a.data, "train-images-idx3-ubyte"), a.model);
+  check_image_shape(test_raw, idx_file(a.data, "t10k-images-idx3-ubyte"), a.model);
+  Data d{standard_pipeline(train_raw).shuffle(a.seed).batch(a.batch_size, true),
+         standard_pipeline(test_raw).batch(256)};
+  MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", d.train.num_samples(),
+                " samples", a.train_samples > 0 ? " (--train-samples " + std::to_string(a.train_samples) + ")" : "",
+                ", fewer than one batch of ", a.batch_size, " (the last partial batch is dropped)",
+                Hint{"use a smaller --batch-size, or more --train-samples"});
+  return d;
+}
+
+// Restores the state saved at `a.resume` (whose settings were checked before); returns the step it
+// continues after.
+int64_t resume(const TrainArgs& a, train::Model& model, train::TrainOptions& topts) {
+  const train::ResumeInfo info = train::load_training_state(a.resume, model);
+  MIXPREC_CHECK(a.max_steps < 0 || a.max_steps > info.global_step, "--max-steps ", a.max_steps, ": the run in ",
+                a.resume, " is already at step ", info.global_step, Hint{"--max-steps counts all steps, resumed ones too"});
+  MIXPREC_CHECK(info.epoch < a.epochs, "--resume ", a.resume, ": the run already finished its ", a.epochs,
+                " epochs (step ", info.global_step, "); nothing is left to train");
+  topts.initial_epoch = info.epoch;
+  topts.start_batch = info.batch;
+  std::printf("resuming from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
+              static_cast<long long>(info.epoch + 1), static_cast<long long>(info.batch),
+              static_cast<long long>(info.global_step));
+  return info.global_step;
+}
+
+struct RunResult {
+  const History& history;
+  const train::OverflowGuard& guard;
+  amp::TrainOneStepCell& step;
+  const std::vector<amp::PrecisionRow>& precision_rows;
+  std::map<std::string, double> metrics{};
+  std::string optimizer{};
+  int threads = 0;
+  int64_t resumed_at = -1;
+  double train_seconds = 0, samples_per_second = 0, wall = 0;
+  int64_t peak = 0;
+  std::string interrupted{};  // why training stopped early ("" if it did not)
+};
+
+nlohmann::json overflow_json(const train::OverflowGuard& guard) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const train::OverflowRecord& r : guard.events())
+    events.push_back({{"step", r.step}, {"phase", r.event.phase}, {"cell", r.event.cell.empty() ? "(network)" : r.event.cell},
+                      {"op", r.event.op_name}, {"dtype", std::string(dtype_name(r.event.dtype))},
+                      {"input_max_abs", r.event.input_max_abs}, {"detail", r.event.detail},
+                      {"nonfinite_count", r.event.nonfinite_count}, {"loss_finite", r.loss_finite},
+                      {"loss_scale", r.loss_scale}});
+  return events;
+}
+
+void write_report(const TrainArgs& a, const RunResult& r) {
+  const AmpLevel level = parse_amp_level(a.amp_level);
+  const History& h = r.history;
+  nlohmann::json j;
+  j["model"] = a.model;
+  j["amp_level"] = std::string(amp_level_name(level));
+  j["dtype"] = level == AmpLevel::O0 ? "f32" : a.dtype;
+  j["epochs"] = a.epochs;
+  j["steps"] = h.total_steps;
+  j["steps_this_run"] = h.steps_this_run;
+  j["resumed_at_step"] = r.resumed_at >= 0 ? nlohmann::json(r.resumed_at) : nlohmann::json(nullptr);
+  j["skipped_steps"] = r.step.skipped_steps();
+  j["skipped_steps_this_run"] = h.skipped_this_run;
+  j["loss_scale_final"] = r.step.loss_scale_manager() ? r.step.loss_scale_manager()->get_loss_scale() : 1.0;
+  j["loss_scale_manager"] = r.step.loss_scale_manager() ? r.step.loss_scale_manager()->description() : "none";
+  j["train_loss"] = h.epoch_losses.empty() ? NAN : h.epoch_losses.back();
+  j["train_loss_per_epoch"] = h.epoch_losses;
+  const bool evaluated = r.metrics.contains("Accuracy");
+  j["test_accuracy"] = evaluated ? nlohmann::json(r.metrics.at("Accuracy")) : nlohmann::json(nullptr);
+  j["test_loss"] = evaluated ? nlohmann::json(r.metrics.at("Loss")) : nlohmann::json(nullptr);
+  j["samples_per_second"] = r.samples_per_second;
+  j["peak_memory_bytes"] = r.peak;
+  j["wall_seconds"] = r.wall;
+  j["train_seconds"] = r.train_seconds;
+  j["batch_size"] = a.batch_size;
+  j["optimizer"] = r.optimizer;
+  j["learning_rate"] = a.opt.lr;
+  j["seed"] = a.seed;
+  j["threads"] = r.threads;
+  j["keep_batchnorm_fp32"] = a.keep_bn;
+  j["data"] = a.data;
+  j["mixprec_version"] = MIXPREC_VERSION;
+  j["cpu_features"] = describe(cpu_features());
+  j["epoch_metrics"] = h.epoch_metrics;
+  j["grad_stats"] = h.grad_stats;
+  j["overflow_events"] = overflow_json(r.guard);
+  j["overflow_event_count"] = r.guard.event_count();
+  nlohmann::json promos = nlohmann::json::array();
+  for (const train::Promotion& p : r.guard.promotions())
+    promos.push_back({{"step", p.step}, {"cell", p.cell}, {"from", p.from}, {"to", p.to}});
+  j["promotions"] = promos;
+  j["warnings"] = r.guard.warnings();
+  j["on_overflow"] = a.on_overflow;
+  j["check_numerics"] = a.check_numerics;
+  if (!r.guard.stop_reason().empty()) j["stopped"] = r.guard.stop_reason();
+  if (!r.interrupted.empty()) j["interrupted"] = r.interrupted;
+  nlohmann::json table = nlohmann::json::array();
+  for (const amp::PrecisionRow& p : r.precision_rows)
+    table.push_back({{"cell", p.cell}, {"type", p.type}, {"ops", p.ops}, {"compute", p.compute},
+                     {"weights", p.weights}, {"output", p.output}});
+  j["precision_table"] = table;
+  write_file_replacing(a.report, j.dump(2) + "\n", "--report");
+  std::printf("wrote report %s\n", a.report.c_str());
+}
+
+void print_summary(const RunResult& r) {
+  const History& h = r.history;
+  if (r.resumed_at < 0)
+    std::printf("%lld steps (%lld skipped) in %.1f s, %.0f samples/s, peak memory %.1f MB\n",
+                static_cast<long long>(h.steps_this_run), static_cast<long long>(h.skipped_this_run), r.train_seconds,
+                r.samples_per_second, static_cast<double>(r.peak) / 1e6);
+  else
+    std::printf("%lld steps this run (%lld skipped) in %.1f s, %.0f samples/s, peak memory %.1f MB; "
+                "%lld steps in total (resumed at step %lld)\n",
+                static_cast<long long>(h.steps_this_run), static_cast<long long>(h.skipped_this_run), r.train_seconds,
+                r.samples_per_second, static_cast<double>(r.peak) / 1e6, static_cast<long long>(h.total_steps),
+                static_cast<long long>(r.resumed_at));
+}
+
+// After a stop that the user did not ask for with --max-steps: what was saved and how to go on.
+void print_how_to_continue(const TrainArgs& a, const train::Model& model) {
+  if (a.checkpoint.empty()) {
+    std::printf("no checkpoint was saved (no --checkpoint): this run cannot be resumed\n");
+  } else {
+    std::printf("saved %s at step %lld; continue with:\n  %s\n", a.checkpoint.c_str(),
+                static_cast<long long>(model.global_step()), resume_command(command_line(), a.checkpoint).c_str());
+  }
+  std::fflush(stdout);
+}
+
+void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell& step, const std::string& optimizer,
+                  int threads) {
+  const AmpLevel level = parse_amp_level(a.amp_level);
+  std::printf("mixprec %s: training %s on %s (%lld samples, %lld steps/epoch, batch %lld)\n", MIXPREC_VERSION,
+              a.model.c_str(), a.data.c_str(), static_cast<long long>(d.train.num_samples()),
+              static_cast<long long>(d.train.num_batches()), static_cast<long long>(a.batch_size));
+  std::printf("amp_level %s, dtype %s, loss scale %s, optimizer %s lr %g, %d threads, cpu: %s\n",
+              std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
+              step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
+              optimizer.c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
+  if (level == AmpLevel::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
+  if (parse_low_dtype(a.dtype) == DType::f16 && level != AmpLevel::O0)
+    std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
+                "numerically faithful, not faster; bf16 is the fast type here\n");
+}
+
+// Test metrics at the end: those of the last epoch when training ended at an epoch boundary,
+// else a fresh evaluation; none with --no-eval or after an interruption.
+std::map<std::string, double> final_metrics(const TrainArgs& a, train::Model& model, const History& history,
+                                            const dataset::Dataset& test, bool stopped_early) {
+  if (a.no_eval || stopped_early) return {};
+  std::map<std::string, double> metrics{};
+  const nlohmann::json& last = history.epoch_metrics.empty() ? nlohmann::json() : history.epoch_metrics.back();
+  if (last.contains("test_accuracy") && model.next_batch() == 0) {
+    metrics["Accuracy"] = last["test_accuracy"].get<double>();
+    metrics["Loss"] = last["test_loss"].get<double>();
+  } else {
+    metrics = model.eval(test);
+  }
+  std::printf("test accuracy %.4f, test loss %.4f\n", metrics["Accuracy"], metrics["Loss"]);
+  return metrics;
+}
+
+// After training: the final metrics, the checkpoint, the summary and the report; after an early
+// stop, how to continue; the exit status (trace write failure: 1; signal: 128 + it; guard: 3).
+int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Metadata& settings,
+           const TraceWriter* trace, const dataset::Dataset& test, std::chrono::steady_clock::time_point t0) {
+  const int sig = StopSignals::received();
+  const std::string trace_error = trace ? trace->error() : "";
+  if (sig) r.interrupted = std::string("stopped by ") + StopSignals::name(sig);
+  else if (!trace_error.empty()) r.interrupted = "stopped: " + trace_error;
+  if (sig) std::fprintf(stderr, "mixprec: %s after step %lld\n", r.interrupted.c_str(), static_cast<long long>(model.global_step()));
+  r.metrics = final_metrics(a, model, r.history, test, !r.interrupted.empty() || !r.guard.stop_reason().empty());
+  if (!a.checkpoint.empty()) {
+    train::save_training_state(a.checkpoint, model, settings);
+    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
+  }
+  if (!r.guard.stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", r.guard.stop_reason().c_str());
+  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.samples_per_second = static_cast<double>(r.history.steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
+  print_summary(r);
+  if (!a.report.empty()) write_report(a, r);
+  const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
+  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model);
+  MIXPREC_CHECK(trace_error.empty(), trace_error, " (training stopped at step ", model.global_step(), ")");
+  if (sig) return 128 + sig;
+  return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
 }
 
 int run_train(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  ensure_parent(a.report);
-  ensure_parent(a.checkpoint);
-  ensure_parent(a.trace);
+  validate(a);
+  check_writable(a.report, "--report");
+  check_writable(a.checkpoint, "--checkpoint");
+  check_writable(a.trace, "--trace");
   const int threads = set_threads(a.threads);
+  const io::Metadata settings = trajectory_settings(a, threads);
+  if (!a.resume.empty()) check_same_settings(io::read_safetensors(a.resume).metadata, settings, a.resume);
   manual_seed(a.seed);
-  const AmpLevel level = parse_amp_level(a.amp_level);
-  const DType low = parse_low_dtype(a.dtype);
   std::optional<bool> keep_bn;
-  MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
-                "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
   const auto manager = parse_loss_scale(a.loss_scale);
-  MIXPREC_CHECK(a.epochs >= 1, "--epochs must be >= 1, got ", a.epochs);
-  MIXPREC_CHECK(a.batch_size >= 1, "--batch-size must be >= 1, got ", a.batch_size);
-
   std::shared_ptr<nn::Cell> net = nn::make_model(a.model);
-  dataset::MnistOptions train_opts{.usage = "train"};
-  if (a.train_samples > 0) train_opts.num_samples = a.train_samples;
-  const dataset::Dataset train_ds =
-      standard_pipeline(dataset::MnistDataset(a.data, train_opts)).shuffle(a.seed).batch(a.batch_size, true);
-  const dataset::Dataset test_ds = standard_pipeline(dataset::MnistDataset(a.data, {.usage = "test"})).batch(256);
+  const Data data = load_data(a);
 
   OptimizerSpec spec = a.opt;
-  const int64_t steps_per_epoch = train_ds.num_batches();
   // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
   // stops and resumes follows the same learning rates as one that never stopped.
-  spec.total_steps = a.epochs * steps_per_epoch;
+  spec.total_steps = a.epochs * data.train.num_batches();
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(spec, net->trainable_params());
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
-
   train::ModelOptions mo{.metrics = {{"Accuracy", train::Accuracy()}, {"Loss", train::Loss()}},
-                         .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn, .dtype = low,
+                         .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn, .dtype = parse_low_dtype(a.dtype),
                          .step = {.check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
-  const train::OnOverflow on_overflow = train::parse_on_overflow(a.on_overflow);
   if (manager) mo.loss_scale_manager = *manager;
   train::Model model(*net, loss_fn, *optimizer, mo);
   amp::TrainOneStepCell& step = model.train_network();
-
-  std::printf("mixprec %s: training %s on %s (%lld samples, %lld steps/epoch, batch %lld)\n", MIXPREC_VERSION,
-              a.model.c_str(), a.data.c_str(), static_cast<long long>(train_ds.num_samples()),
-              static_cast<long long>(steps_per_epoch), static_cast<long long>(a.batch_size));
-  std::printf("amp_level %s, dtype %s, loss scale %s, optimizer %s lr %g, %d threads, cpu: %s\n",
-              std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
-              step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
-              optimizer->name().c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
-  if (level == AmpLevel::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
-  if (low == DType::f16 && level != AmpLevel::O0)
-    std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
-                "numerically faithful, not faster; bf16 is the fast type here\n");
+  print_header(a, data, step, optimizer->name(), threads);
   std::vector<amp::PrecisionRow> precision_rows;
   if (a.show_precision || !a.report.empty()) {
-    const dataset::Batch sample = train_ds.get_batch(0, 0);
+    const dataset::Batch sample = data.train.get_batch(0, 0);
     precision_rows = amp::precision_table(*net, sample.image.slice(0, 0, std::min<int64_t>(8, sample.size())));
     if (a.show_precision) std::printf("%s", amp::format_precision_table(precision_rows).c_str());
   }
 
-  // The settings a resumed run must share with the run it continues.
-  const io::Metadata run_keys{{"cli.model", a.model},           {"cli.seed", std::to_string(a.seed)},
-                              {"cli.batch_size", std::to_string(a.batch_size)},
-                              {"cli.train_samples", std::to_string(a.train_samples)},
-                              {"cli.dtype", a.dtype},           {"cli.loss_scale", a.loss_scale},
-                              {"cli.data", a.data},             {"cli.epochs", std::to_string(a.epochs)},
-                              {"cli.lr", std::to_string(a.opt.lr)}, {"cli.lr_schedule", a.opt.schedule}};
   train::TrainOptions topts{.max_steps = a.max_steps};
-  if (!a.resume.empty()) {
-    const train::ResumeInfo info = train::load_training_state(a.resume, model);
-    for (const auto& [k, v] : run_keys) {
-      auto it = info.metadata.find(k);
-      MIXPREC_CHECK(it != info.metadata.end() && it->second == v, "--resume ", a.resume, ": the run was saved with ",
-                    k.substr(4), " = '", it == info.metadata.end() ? std::string("?") : it->second,
-                    "', this run has '", v, "'", Hint{"resume with the same settings as the original run"});
-    }
-    topts.initial_epoch = info.epoch;
-    topts.start_batch = info.batch;
-    std::printf("resuming from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
-                static_cast<long long>(info.epoch + 1), static_cast<long long>(info.batch),
-                static_cast<long long>(info.global_step));
-  }
-
-  auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &test_ds);
+  const int64_t resumed_at = a.resume.empty() ? -1 : resume(a, model, topts);
+  auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &data.test);
   auto guard = std::make_shared<train::OverflowGuard>(
-      train::GuardOptions{.action = on_overflow, .max_skip_rate = a.max_skip_rate});
+      train::GuardOptions{.action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate});
   std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history, guard};
-  if (!a.trace.empty()) callbacks.emplace_back(TraceWriter(a.trace));
-  if (!a.checkpoint.empty() && a.save_every > 0)
-    callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, run_keys));
+  std::shared_ptr<TraceWriter> trace;
+  if (!a.trace.empty()) callbacks.emplace_back(trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
+  if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, settings));
+  callbacks.emplace_back(train::LambdaCallback([](train::RunContext& c) { c.stop_requested |= StopSignals::received() != 0; }));
+  StopSignals signals;
   reset_peak_memory();
   const auto train_start = std::chrono::steady_clock::now();
-  model.train(a.epochs, train_ds, callbacks, topts);
-  const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
-  const int64_t peak = memory_stats().peak_bytes;
-
-  std::map<std::string, double> metrics;
-  if (!a.no_eval) {
-    const nlohmann::json& last = history->epoch_metrics.empty() ? nlohmann::json() : history->epoch_metrics.back();
-    if (last.contains("test_accuracy") && guard->stop_reason().empty() && model.next_batch() == 0) {
-      metrics["Accuracy"] = last["test_accuracy"].get<double>();  // evaluated at the end of the last epoch
-      metrics["Loss"] = last["test_loss"].get<double>();
-    } else {
-      metrics = model.eval(test_ds);
-    }
-    std::printf("test accuracy %.4f, test loss %.4f\n", metrics["Accuracy"], metrics["Loss"]);
-  }
-  if (!a.checkpoint.empty()) {
-    train::save_training_state(a.checkpoint, model, run_keys);
-    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
-  }
-  if (!guard->stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", guard->stop_reason().c_str());
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double samples_per_second =
-      static_cast<double>(history->steps_ * a.batch_size) / std::max(train_seconds, 1e-9);
-  std::printf("%lld steps (%lld skipped) in %.1f s, %.0f samples/s, peak memory %.1f MB\n",
-              static_cast<long long>(history->steps_), static_cast<long long>(step.skipped_steps()), train_seconds,
-              samples_per_second, static_cast<double>(peak) / 1e6);
-  if (!a.report.empty()) {
-    nlohmann::json j;
-    j["model"] = a.model;
-    j["amp_level"] = std::string(amp_level_name(level));
-    j["dtype"] = level == AmpLevel::O0 ? "f32" : a.dtype;
-    j["epochs"] = a.epochs;
-    j["steps"] = history->steps_;
-    j["skipped_steps"] = step.skipped_steps();
-    j["loss_scale_final"] = step.loss_scale_manager() ? step.loss_scale_manager()->get_loss_scale() : 1.0;
-    j["loss_scale_manager"] = step.loss_scale_manager() ? step.loss_scale_manager()->description() : "none";
-    j["train_loss"] = history->epoch_losses.empty() ? NAN : history->epoch_losses.back();
-    j["train_loss_per_epoch"] = history->epoch_losses;
-    j["test_accuracy"] = a.no_eval ? nlohmann::json(nullptr) : nlohmann::json(metrics["Accuracy"]);
-    j["test_loss"] = a.no_eval ? nlohmann::json(nullptr) : nlohmann::json(metrics["Loss"]);
-    j["samples_per_second"] = samples_per_second;
-    j["peak_memory_bytes"] = peak;
-    j["wall_seconds"] = wall;
-    j["train_seconds"] = train_seconds;
-    j["batch_size"] = a.batch_size;
-    j["optimizer"] = optimizer->name();
-    j["learning_rate"] = a.opt.lr;
-    j["seed"] = a.seed;
-    j["threads"] = threads;
-    j["keep_batchnorm_fp32"] = a.keep_bn;
-    j["data"] = a.data;
-    j["mixprec_version"] = MIXPREC_VERSION;
-    j["cpu_features"] = describe(cpu_features());
-    j["epoch_metrics"] = history->epoch_metrics;
-    j["grad_stats"] = history->grad_stats;
-    nlohmann::json events = nlohmann::json::array();
-    for (const train::OverflowRecord& r : guard->events())
-      events.push_back({{"step", r.step}, {"phase", r.event.phase}, {"cell", r.event.cell.empty() ? "(network)" : r.event.cell},
-                        {"op", r.event.op_name}, {"dtype", std::string(dtype_name(r.event.dtype))},
-                        {"input_max_abs", r.event.input_max_abs}, {"detail", r.event.detail},
-                        {"nonfinite_count", r.event.nonfinite_count}, {"loss_finite", r.loss_finite},
-                        {"loss_scale", r.loss_scale}});
-    j["overflow_events"] = events;
-    j["overflow_event_count"] = guard->event_count();
-    nlohmann::json promos = nlohmann::json::array();
-    for (const train::Promotion& p : guard->promotions())
-      promos.push_back({{"step", p.step}, {"cell", p.cell}, {"from", p.from}, {"to", p.to}});
-    j["promotions"] = promos;
-    j["warnings"] = guard->warnings();
-    j["on_overflow"] = a.on_overflow;
-    j["check_numerics"] = a.check_numerics;
-    if (!guard->stop_reason().empty()) j["stopped"] = guard->stop_reason();
-    nlohmann::json table = nlohmann::json::array();
-    for (const amp::PrecisionRow& r : precision_rows)
-      table.push_back({{"cell", r.cell}, {"type", r.type}, {"ops", r.ops}, {"compute", r.compute},
-                       {"weights", r.weights}, {"output", r.output}});
-    j["precision_table"] = table;
-    std::ofstream f(a.report);
-    MIXPREC_CHECK(f.good(), "--report: cannot open '", a.report, "' for writing");
-    f << j.dump(2) << "\n";
-    std::printf("wrote report %s\n", a.report.c_str());
-  }
-  return guard->stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
+  model.train(a.epochs, data.train, callbacks, topts);
+  RunResult r{*history, *guard, step, precision_rows};
+  r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+  r.peak = memory_stats().peak_bytes;
+  r.optimizer = optimizer->name();
+  r.threads = threads;
+  r.resumed_at = resumed_at;
+  return finish(a, model, r, settings, trace.get(), data.test, t0);
 }
 
 }  // namespace
@@ -333,7 +374,9 @@ Command register_train(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine", "step"}));
   cmd->add_option("--warmup-steps", a->opt.warmup_steps, "Linear learning-rate warm-up steps")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed for weights and data order")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed for weights and data order (0 to 2^64-1)")->capture_default_str()
+      ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? "expected a number >= 0, got " + v : ""; },
+                             "", "NonNegative"));
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)")->capture_default_str();
   cmd->add_option("--amp-level", a->amp_level,
                   "O0 (fp32) | O1 (white list low) | O2 (all but black list low, fp32 BatchNorm) | O3 (all low) | auto")
@@ -348,11 +391,14 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON summary here");
   cmd->add_option("--checkpoint", a->checkpoint,
-                  "Save here at the end (safetensors: fp32 weights, readable by eval/inspect, plus the training state)");
+                  "Save here at the end (safetensors: fp32 weights, readable by eval/inspect, plus the training state); "
+                  "an existing file is refused unless --resume continues it or --overwrite is given");
+  cmd->add_flag("--overwrite", a->overwrite, "Let a new run replace an existing --checkpoint file");
   cmd->add_option("--save-every", a->save_every, "Also save the checkpoint every N steps (needs --checkpoint)")
       ->capture_default_str();
   cmd->add_option("--resume", a->resume, "Continue a run from a checkpoint it saved (same settings; bit-identical)");
-  cmd->add_option("--trace", a->trace, "Write a per-step CSV (step, epoch, loss, scale, skipped, overflow, lr)");
+  cmd->add_option("--trace", a->trace,
+                  "Write a per-step CSV (step, epoch, loss, scale, skipped, overflow, lr); with --resume, continue it");
   cmd->add_flag("--show-precision", a->show_precision, "Print what dtype each cell computes in, before training");
   cmd->add_flag("--no-eval", a->no_eval, "Skip the test-set evaluation");
   cmd->add_flag("!--no-eval-every-epoch", a->eval_every_epoch, "Evaluate only at the end, not after every epoch");
@@ -360,12 +406,14 @@ Command register_train(CLI::App& app) {
                 "Check every op of every step for inf/NaN (slower); without it only overflowing steps are replayed");
   cmd->add_option("--on-overflow", a->on_overflow,
                   "warn|stop|promote: on a forward overflow or persistent skipping, warn, stop training (exit status 3), "
-                  "or switch the offending cell to fp32 and continue")
+                  "or switch the offending cell to fp32 and continue (escalating to its producer, then the whole network; "
+                  "exit status 3 if even that overflows)")
       ->capture_default_str()->check(CLI::IsMember({"warn", "stop", "promote"}));
   cmd->add_option("--grad-stats", a->grad_stats_every, "Gradient statistics every N steps (0: off)")->capture_default_str();
   cmd->add_option("--max-skip-rate", a->max_skip_rate, "Warn when more than this share of steps is skipped after warm-up")
       ->capture_default_str();
-  cmd->add_option("--print-every", a->print_every, "Progress line every N steps (when not a terminal)")->capture_default_str();
+  cmd->add_option("--print-every", a->print_every, "Progress line every N steps, N >= 1 (when not a terminal)")
+      ->capture_default_str();
   return {cmd, [a] { return run_train(*a); }};
 }
 

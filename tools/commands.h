@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace mixprec::cli {
 
@@ -13,6 +15,9 @@ struct Command {
   CLI::App* app;
   Action run;
 };
+
+// The command line as main() received it (argv[0] first), for messages that repeat it.
+const std::vector<std::string>& command_line();
 
 Command register_info(CLI::App& app);
 Command register_train(CLI::App& app);

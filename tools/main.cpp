@@ -1,13 +1,33 @@
 // Entry point of the `mixprec` tool: builds the subcommand table, parses, runs, and turns
-// mixprec::Error into a message and exit status 1 (2 for command-line usage errors).
+// mixprec::Error into a message and exit status 1 (2 for command-line usage errors). No option
+// accepts an empty value: "" is an error, never "not given".
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "commands.h"
 #include "mixprec/error.h"
 #include "mixprec/version.h"
 
+namespace mixprec::cli {
+
+static std::vector<std::string> g_command_line;
+
+const std::vector<std::string>& command_line() { return g_command_line; }
+
+// Adds a check to every option of `cmd` that takes a value: the value must not be empty.
+static void refuse_empty_values(CLI::App* cmd) {
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("expected a value, got an empty string") : std::string(); },
+      "", "NonEmpty");
+  for (CLI::Option* opt : cmd->get_options())
+    if (opt->get_expected_min() > 0) opt->check(non_empty);
+}
+
+}  // namespace mixprec::cli
+
 int main(int argc, char** argv) {
+  mixprec::cli::g_command_line.assign(argv, argv + argc);
   CLI::App app{"mixprec " MIXPREC_VERSION
                ": automatic mixed-precision (AMP) training of neural networks in C++.\n"
                "On this CPU bf16 is the fast low-precision type; f16 is emulated exactly\n"
@@ -23,10 +43,11 @@ int main(int argc, char** argv) {
       mixprec::cli::register_report(app),
       mixprec::cli::register_info(app),
   };
+  for (const auto& c : commands) mixprec::cli::refuse_empty_values(c.app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0
   }
   try {
     for (const auto& c : commands)

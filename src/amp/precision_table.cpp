@@ -1,11 +1,15 @@
 // The precision table: run the network once with the op recorder on, then group what ran by
 // cell: the dtypes the arithmetic used, the dtypes the parameters were used in, and the dtype of
-// the cell's output. It reports what executed, not what the flags say.
+// the cell's output. It reports what executed, not what the flags say. It only observes: the
+// pass runs in the network's current mode (training mode takes the path training takes, e.g.
+// BatchNorm with batch statistics), and the buffers it updates and the RNG draws it makes are
+// put back, so a run with the table is bit-identical to one without.
 #include <map>
 #include <set>
 
 #include "mixprec/amp/amp.h"
 #include "mixprec/graph.h"
+#include "mixprec/rng.h"
 
 namespace mixprec::amp {
 
@@ -28,9 +32,33 @@ static std::string join_ops(const std::vector<std::string>& ops) {
   return out;
 }
 
+// Puts back, when it goes out of scope (also on an exception), the network's buffers (BatchNorm's
+// running statistics) and the default RNG's state as they were when it was made.
+class KeepState {
+ public:
+  explicit KeepState(nn::Cell& network)
+      : gen_(default_generator()), seed_(gen_.seed()), offset_(gen_.offset()) {
+    NoGradGuard ng;
+    for (auto& [name, b] : network.buffers_and_names()) saved_.emplace_back(b, b.detach().clone());
+  }
+  ~KeepState() {
+    NoGradGuard ng;
+    gen_.set_state(seed_, offset_);
+    for (auto& [live, copy] : saved_) live.detach().copy_(copy);
+  }
+  KeepState(const KeepState&) = delete;
+  KeepState& operator=(const KeepState&) = delete;
+
+ private:
+  Generator& gen_;
+  uint64_t seed_, offset_;
+  std::vector<std::pair<Tensor, Tensor>> saved_;  // (live, copy)
+};
+
 std::vector<PrecisionRow> precision_table(nn::Cell& network, const Tensor& sample) {
   std::vector<OpRecord> records;
   {
+    KeepState keep(network);
     NoGradGuard ng;
     OpRecorder rec(&records);
     (void)network(sample);

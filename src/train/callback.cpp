@@ -61,7 +61,9 @@ void LossScaleMonitor::on_epoch_end(RunContext& ctx) {
   std::fflush(stdout);
 }
 
-ProgressBar::ProgressBar(int64_t every) : every_(every), tty_(isatty(STDOUT_FILENO) != 0) {}
+ProgressBar::ProgressBar(int64_t every) : every_(every), tty_(isatty(STDOUT_FILENO) != 0) {
+  MIXPREC_CHECK(every >= 1, "ProgressBar: every must be >= 1, got ", every);
+}
 
 void ProgressBar::on_step_end(RunContext& ctx) {
   if (ctx.step.loss_finite) ema_loss_ = ema_loss_ < 0 ? ctx.step.loss : 0.98 * ema_loss_ + 0.02 * ctx.step.loss;

@@ -12,7 +12,7 @@ OnOverflow parse_on_overflow(std::string_view s) {
   if (s == "warn") return OnOverflow::warn;
   if (s == "stop") return OnOverflow::stop;
   if (s == "promote") return OnOverflow::promote;
-  MIXPREC_CHECK(false, "--on-overflow: unknown value '", s, "'; valid: warn, stop, promote");
+  MIXPREC_CHECK(false, "OnOverflow: unknown value '", s, "'; valid: warn, stop, promote");
   return OnOverflow::warn;
 }
 
@@ -40,16 +40,77 @@ void OverflowGuard::act(RunContext& ctx, const OverflowRecord& r, const std::str
     ctx.stop_requested = true;
     return;
   }
-  if (options_.action != OnOverflow::promote || !ctx.model) return;
-  const std::string& path = r.event.cell;
-  for (auto& [name, cell] : ctx.model->network().cells_and_names()) {
-    if (name != path) continue;
-    if (cell->float_dtype() == DType::f32) return;  // already promoted: nothing more to do here
+  if (options_.action == OnOverflow::promote && ctx.model) promote(ctx, r, why);
+}
+
+namespace {
+
+using CellList = std::vector<std::pair<std::string, nn::Cell*>>;
+
+bool inside(const std::string& path, const std::string& ancestor) {
+  return ancestor.empty() || path == ancestor || path.rfind(ancestor + ".", 0) == 0;
+}
+
+// True when `path` computes in fp32 by to_float: the nearest of it and the cells around it that
+// has a to_float dtype has f32 (cells come depth first, so a nearer one comes later).
+bool runs_fp32(const CellList& cells, const std::string& path) {
+  bool fp32 = false;
+  for (const auto& [name, cell] : cells)
+    if (inside(path, name) && cell->float_dtype()) fp32 = *cell->float_dtype() == DType::f32;
+  return fp32;
+}
+
+// The producer of `path`'s input: the last leaf cell before `path`'s first leaf, in registration
+// order (which is execution order in sequential networks), that does not compute in fp32 yet.
+// "" (the whole network) when there is none.
+std::string producer_of(const CellList& cells, const std::string& path) {
+  std::string found;
+  for (const auto& [name, cell] : cells) {
+    if (!cell->children().empty() || name.empty()) continue;
+    if (inside(name, path)) break;
+    if (!runs_fp32(cells, name)) found = name;
+  }
+  return found;
+}
+
+}  // namespace
+
+// Promotes the offending cell to fp32. When it already computes in fp32, the last promotion did
+// not remove the overflow: escalate to the producer of its input, and after kMaxEscalations such
+// failures (or with no producer left) to the whole network. When the whole network is fp32 and
+// the overflow persists, no promotion can help: stop.
+void OverflowGuard::promote(RunContext& ctx, const OverflowRecord& r, const std::string& why) {
+  constexpr int kMaxEscalations = 3;
+  nn::Cell& network = ctx.model->network();
+  const CellList cells = network.cells_and_names();
+  std::string target = r.event.cell;
+  bool known = false;
+  for (const auto& [name, cell] : cells) known |= name == target;
+  if (!known) target = "";  // a cell outside the network (the loss): only the whole network is left
+  std::string reason = why;
+  if (runs_fp32(cells, target)) {
+    if (runs_fp32(cells, "")) {
+      stop_reason_ = "stopped at step " + std::to_string(r.step) + ": " + why +
+                     " persists with the whole network promoted to fp32; no promotion can remove it (" +
+                     describe(r.event) + "); " +
+                     (r.event.phase == "forward" ? "look for huge values or inf/NaN in the data or the weights"
+                                                 : "lower the loss scale");
+      ctx.stop_requested = true;
+      return;
+    }
+    ++escalations_;
+    reason = why + " at '" + (target.empty() ? std::string("(network)") : target) +
+             "', which already computes in fp32";
+    target = escalations_ <= kMaxEscalations ? producer_of(cells, target) : "";
+  }
+  for (const auto& [name, cell] : cells) {
+    if (name != target) continue;
+    const std::string shown = target.empty() ? std::string("(network)") : target;
     const std::string from = cell->float_dtype() ? std::string(dtype_name(*cell->float_dtype())) : "amp level";
     cell->to_float(DType::f32);
-    promotions_.push_back({r.step, path.empty() ? "(network)" : path, from, "f32"});
-    warn("promoted cell '" + (path.empty() ? std::string("(network)") : path) + "' (" + cell->type_name() +
-         ") to fp32 at step " + std::to_string(r.step) + " after: " + why);
+    promotions_.push_back({r.step, shown, from, "f32"});
+    warn("promoted " + std::string(target.empty() ? "the whole network " : "cell ") + "'" + shown + "' (" +
+         cell->type_name() + ") to fp32 at step " + std::to_string(r.step) + " after: " + reason);
     return;
   }
 }

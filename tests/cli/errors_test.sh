@@ -16,7 +16,7 @@ expect_error "simplenet" train --model vgg16
 expect_error "momentum" train --optimizer rmsprop
 expect_error "keep-batchnorm-fp32" train --keep-batchnorm-fp32 maybe --max-steps 1
 expect_error "dataset-fashion-mnist" train --data /nonexistent --max-steps 1
-expect_error "not a training-state checkpoint\|cannot read" train --resume /nonexistent --max-steps 1
+expect_error "--resume /nonexistent: no such file" train --resume /nonexistent --max-steps 1
 expect_error "--checkpoint" eval --model lenet
 expect_error "cannot read\|No such" inspect /nonexistent.safetensors
 "$M" train --help | grep -q "O2" || fail "train --help does not mention the levels"

@@ -2,7 +2,9 @@
 // watches every step: it keeps the overflow events the train step's provenance found, warns
 // when the skip rate after warm-up passes a threshold, when the loss itself is non-finite (a
 // forward NaN/inf, which no loss scale can fix) and when the scale falls below 1; and on a
-// persistent overflow it warns, stops training, or promotes the offending cell to fp32.
+// persistent overflow it warns, stops training, or promotes the offending cell to fp32. A
+// promotion that does not remove the overflow escalates: to the producer of the cell's input,
+// then to the whole network; if that does not help either, the guard stops training.
 // "Persistent": a forward-pass overflow (any time), or skip-rate trips after warm-up — the
 // dynamic scaler's first skips while it finds its scale are normal and trigger nothing.
 #pragma once
@@ -49,12 +51,14 @@ class OverflowGuard : public Callback {
   int64_t event_count() const { return event_count_; }
   const std::vector<Promotion>& promotions() const { return promotions_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
-  // Set when the action was stop and the guard stopped training.
+  // Set when the guard stopped training: the action was stop, or promote could not remove the
+  // overflow even with the whole network in fp32.
   const std::string& stop_reason() const { return stop_reason_; }
 
  private:
   void warn(const std::string& w);
   void act(RunContext& ctx, const OverflowRecord& r, const std::string& why);
+  void promote(RunContext& ctx, const OverflowRecord& r, const std::string& why);
   GuardOptions options_;
   std::vector<OverflowRecord> events_;
   int64_t event_count_ = 0;
@@ -65,6 +69,7 @@ class OverflowGuard : public Callback {
   int64_t last_rate_warning_ = -1000000;
   int64_t nonfinite_loss_warnings_ = 0;
   bool scale_below_one_warned_ = false;
+  int escalations_ = 0;  // promotions that did not remove the overflow
   std::string stop_reason_;
 };
 

@@ -1,0 +1,165 @@
+// Validation of `mixprec train`'s options and the settings a resumed run must share with the run
+// it continues (see train_settings.h).
+#include "train_settings.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "mixprec/error.h"
+
+namespace mixprec::cli {
+namespace {
+
+// How a stored setting is compared: as text, as an integer, as a double (bit for bit), only as
+// "promote or not" (--on-overflow: warn and stop do not change the trajectory), or not at all
+// (a different thread count only prints a note).
+enum class Kind { text, integer, real, promote, note };
+
+struct SettingSpec {
+  const char* key;
+  const char* flag;
+  Kind kind;
+};
+
+constexpr SettingSpec kSettings[] = {
+    {"cli.model", "--model", Kind::text},
+    {"cli.data", "--data", Kind::text},
+    {"cli.seed", "--seed", Kind::integer},
+    {"cli.batch_size", "--batch-size", Kind::integer},
+    {"cli.train_samples", "--train-samples", Kind::integer},
+    {"cli.epochs", "--epochs", Kind::integer},
+    {"cli.optimizer", "--optimizer", Kind::text},
+    {"cli.lr", "--lr", Kind::real},
+    {"cli.momentum", "--momentum", Kind::real},
+    {"cli.weight_decay", "--weight-decay", Kind::real},
+    {"cli.lr_schedule", "--lr-schedule", Kind::text},
+    {"cli.warmup_steps", "--warmup-steps", Kind::integer},
+    {"cli.amp_level", "--amp-level", Kind::text},
+    {"cli.dtype", "--dtype", Kind::text},
+    {"cli.keep_batchnorm_fp32", "--keep-batchnorm-fp32", Kind::text},
+    {"cli.loss_scale", "--loss-scale", Kind::text},
+    {"cli.on_overflow", "--on-overflow", Kind::promote},
+    {"cli.threads", "--threads", Kind::note},
+};
+
+// The shortest decimal that reads back as exactly `v`.
+std::string exact(double v) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+bool same(Kind kind, const std::string& a, const std::string& b) {
+  switch (kind) {
+    case Kind::integer: {
+      char *ea = nullptr, *eb = nullptr;
+      const long long x = std::strtoll(a.c_str(), &ea, 10), y = std::strtoll(b.c_str(), &eb, 10);
+      return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
+    }
+    case Kind::real: {
+      char *ea = nullptr, *eb = nullptr;
+      const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+      return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
+    }
+    case Kind::promote: return (a == "promote") == (b == "promote");
+    case Kind::text:
+    case Kind::note: return a == b;
+  }
+  return false;
+}
+
+void check_range(bool ok, const char* flag, const std::string& expected, double got) {
+  MIXPREC_CHECK(ok, flag, ": expected ", expected, ", got ", exact(got));
+}
+
+}  // namespace
+
+void validate(const TrainArgs& a) {
+  check_range(a.epochs >= 1, "--epochs", "at least 1", static_cast<double>(a.epochs));
+  check_range(a.max_steps == -1 || a.max_steps >= 1, "--max-steps", "at least 1 (or -1: no limit)",
+              static_cast<double>(a.max_steps));
+  check_range(a.batch_size >= 1, "--batch-size", "at least 1", static_cast<double>(a.batch_size));
+  check_range(a.train_samples == -1 || a.train_samples >= 1, "--train-samples", "at least 1 (or -1: all)",
+              static_cast<double>(a.train_samples));
+  check_range(std::isfinite(a.opt.lr) && a.opt.lr > 0, "--lr", "a finite number > 0", a.opt.lr);
+  check_range(std::isfinite(a.opt.momentum) && a.opt.momentum >= 0 && a.opt.momentum < 1, "--momentum",
+              "a number in [0, 1)", a.opt.momentum);
+  check_range(std::isfinite(a.opt.weight_decay) && a.opt.weight_decay >= 0, "--weight-decay", "a finite number >= 0",
+              a.opt.weight_decay);
+  check_range(a.opt.warmup_steps >= 0, "--warmup-steps", "at least 0", static_cast<double>(a.opt.warmup_steps));
+  check_range(a.threads >= 0, "--threads", "at least 0 (0: OMP_NUM_THREADS or all cores)", a.threads);
+  check_range(a.save_every >= 0, "--save-every", "at least 0 (0: only at the end)", static_cast<double>(a.save_every));
+  check_range(a.grad_stats_every >= 0, "--grad-stats", "at least 0 (0: off)", static_cast<double>(a.grad_stats_every));
+  check_range(a.max_skip_rate >= 0 && a.max_skip_rate <= 1, "--max-skip-rate", "a number in [0, 1]", a.max_skip_rate);
+  check_range(a.print_every >= 1, "--print-every", "at least 1", static_cast<double>(a.print_every));
+  MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
+                "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
+  MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
+                ": needs --checkpoint FILE (where to save)");
+  std::error_code ec;
+  MIXPREC_CHECK(a.resume.empty() || std::filesystem::is_regular_file(a.resume, ec), "--resume ", a.resume, ": ",
+                std::filesystem::exists(a.resume, ec) ? "not a regular file" : "no such file",
+                Hint{"pass the --checkpoint file of the run to continue"});
+  if (a.checkpoint.empty() || a.overwrite || !std::filesystem::exists(a.checkpoint, ec) ||
+      std::filesystem::is_directory(a.checkpoint, ec))
+    return;  // a directory: check_writable says so
+  const bool continues_it = !a.resume.empty() && std::filesystem::equivalent(a.checkpoint, a.resume, ec);
+  MIXPREC_CHECK(continues_it, "--checkpoint ", a.checkpoint, ": the file exists and this run would replace it",
+                Hint{a.resume.empty() ? "pass --resume " + a.checkpoint + " to continue that run, or --overwrite to "
+                                        "start a new run over it"
+                                      : "pass --overwrite to replace it, or another --checkpoint"});
+}
+
+io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
+  return {{"cli.model", a.model},
+          {"cli.data", a.data},
+          {"cli.seed", std::to_string(a.seed)},
+          {"cli.batch_size", std::to_string(a.batch_size)},
+          {"cli.train_samples", std::to_string(a.train_samples)},
+          {"cli.epochs", std::to_string(a.epochs)},
+          {"cli.optimizer", a.opt.name},
+          {"cli.lr", exact(a.opt.lr)},
+          {"cli.momentum", exact(a.opt.momentum)},
+          {"cli.weight_decay", exact(a.opt.weight_decay)},
+          {"cli.lr_schedule", a.opt.schedule},
+          {"cli.warmup_steps", std::to_string(a.opt.warmup_steps)},
+          {"cli.amp_level", a.amp_level},
+          {"cli.dtype", a.dtype},
+          {"cli.keep_batchnorm_fp32", a.keep_bn},
+          {"cli.loss_scale", a.loss_scale},
+          {"cli.on_overflow", a.on_overflow},
+          {"cli.threads", std::to_string(threads)}};
+}
+
+void check_same_settings(const io::Metadata& stored, const io::Metadata& now, const std::string& resume) {
+  MIXPREC_CHECK(stored.contains("cli.model"), "--resume ", resume,
+                ": the checkpoint was not saved by `mixprec train` (no cli.model in its metadata)",
+                Hint{"resume only from a checkpoint that `mixprec train --checkpoint` wrote"});
+  for (const SettingSpec& s : kSettings) {
+    const std::string& value = now.at(s.key);
+    const auto it = stored.find(s.key);
+    if (it == stored.end()) {  // saved by an older mixprec that did not record it
+      std::fprintf(stderr, "mixprec: warning: --resume %s: the checkpoint does not record %s; cannot check that "
+                   "this run's %s %s is the same\n", resume.c_str(), s.flag, s.flag, value.c_str());
+      continue;
+    }
+    if (same(s.kind, it->second, value)) continue;
+    if (s.kind == Kind::note) {
+      std::printf("note: the run was saved with %s %s, this run has %s %s: reductions may round differently, so "
+                  "the continuation may differ in the last bits from a run that never stopped\n",
+                  s.flag, it->second.c_str(), s.flag, value.c_str());
+      continue;
+    }
+    MIXPREC_CHECK(false, "--resume ", resume, ": the run was saved with ", s.flag, " ", it->second, ", this run has ",
+                  s.flag, " ", value, Hint{"resume with the same settings as the run that saved the checkpoint"});
+  }
+  MIXPREC_ASSERT(now.size() == std::size(kSettings), "every recorded setting has a comparison rule");
+}
+
+}  // namespace mixprec::cli

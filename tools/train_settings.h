@@ -1,0 +1,56 @@
+// The settings of `mixprec train`: the parsed options, their validation (a nonsensical value is
+// refused before anything runs), and the settings that decide a run's trajectory, which every
+// checkpoint records and a --resume must match exactly (numbers compared as numbers, at full
+// precision), with a message naming the option, the stored value and the new one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mixprec/data/dataset.h"
+#include "mixprec/io/safetensors.h"
+#include "train_common.h"
+
+namespace mixprec::cli {
+
+struct TrainArgs {
+  std::string model = "simplenet";
+  std::string data = dataset::kFashionMnistDir;
+  int64_t epochs = 2;
+  int64_t max_steps = -1;
+  int64_t batch_size = 64;
+  int64_t train_samples = -1;
+  OptimizerSpec opt;
+  uint64_t seed = 1;
+  int threads = 0;
+  std::string amp_level = "O2";
+  std::string dtype = "bf16";
+  std::string keep_bn = "default";
+  std::string loss_scale = "default";
+  std::string report, checkpoint, trace, resume;
+  bool overwrite = false;
+  int64_t save_every = 0;
+  bool show_precision = false;
+  bool no_eval = false;
+  bool eval_every_epoch = true;
+  bool check_numerics = false;
+  std::string on_overflow = "warn";
+  int64_t grad_stats_every = 0;
+  double max_skip_rate = 0.05;
+  int64_t print_every = 100;
+};
+
+// Throws naming the option for a value out of its range or a combination that makes no sense
+// (--save-every without --checkpoint, a --checkpoint that exists in a fresh run without
+// --overwrite).
+void validate(const TrainArgs& a);
+
+// The settings that change the trajectory, as checkpoint metadata ("cli.<name>").
+io::Metadata trajectory_settings(const TrainArgs& a, int threads);  // threads: the count in use
+
+// Refuses a resume whose settings differ from the stored ones, naming the option and both values.
+// `threads` is informational: a different thread count only prints a note.
+void check_same_settings(const io::Metadata& stored, const io::Metadata& now, const std::string& resume);
+
+}  // namespace mixprec::cli
