@@ -1,10 +1,12 @@
-// Shared test helpers: tolerance table per dtype, and element-wise comparison of tensors against
-// an oracle with a readable failure message (first mismatching index, values, tolerance).
+// Shared test helpers: tolerance table per dtype, element-wise comparison of tensors against an
+// oracle with a readable failure message (first mismatching index, values, tolerance), and an
+// error-message matcher.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "mixprec/mixprec.h"
@@ -53,6 +55,18 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& 
 
 inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected) {
   return all_close(actual, expected, tolerance_for(actual.dtype()));
+}
+
+// Success when fn throws mixprec::Error whose message contains `part`; else the message (or "no
+// error") in the failure.
+inline ::testing::AssertionResult throws_error_with(const std::function<void()>& fn, const std::string& part) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(part) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "message lacks \"" << part << "\":\n" << e.what();
+  }
+  return ::testing::AssertionFailure() << "no error";
 }
 
 }  // namespace mixprec::testing

@@ -326,8 +326,9 @@ TEST(AmpLevels, EveryNameACustomListAcceptsChangesWhatRuns) {
       const OpRecord& base_low = all_low.at(op)[i];
       EXPECT_EQ(r.compute_dtype, DType::f32) << name << " on the black list";
       for (DType d : r.weight_dtypes) EXPECT_EQ(d, DType::f32) << name << " weights on the black list";
-      if (op_info(op).kind != OpKind::norm)
+      if (op_info(op).kind != OpKind::norm) {
         for (DType d : r.input_dtypes) EXPECT_EQ(d, DType::f32) << name << " inputs on the black list";
+      }
       EXPECT_TRUE(r.compute_dtype != base_low.compute_dtype || r.input_dtypes != base_low.input_dtypes)
           << name << ": the black list changed nothing";
     }
