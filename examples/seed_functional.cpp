@@ -1,8 +1,9 @@
 // The seed's "方式二" functional training loop in C++, with its first pitfall fixed: the loss is
-// SCALED inside the forward function (the seed called scaler.unscale(loss) there), the gradients
-// are unscaled, all_finite decides whether the optimizer runs, and the scaler adjusts.
-// amp::auto_mixed_precision(net, "O2", f16) is the functional route's way to make the network
-// mixed precision (build_train_network is for the Model route).
+// SCALED inside the forward function, so the seed's `loss = scaler.unscale(loss)` after
+// differentiation gives the true loss; the gradients are unscaled, all_finite decides whether
+// the optimizer runs, and the scaler adjusts. amp::auto_mixed_precision(net, "O2", f16) makes
+// the network mixed precision (the seed's alternative, amp::build_train_network(net, optimizer,
+// loss_fn, "O2", {.loss_scale_manager = nullptr}), returns a whole train-step cell instead).
 // Usage: seed_functional [--data DIR] [--epochs N] [--samples N] [--dtype f16|bf16] [--check]
 #include <cstdio>
 #include <string>
@@ -40,22 +41,22 @@ int main(int argc, char** argv) try {
     Tensor loss = loss_fn(logits, label);
     return std::vector<Tensor>{scaler.scale(loss), logits};
   };
-  // 获取梯度函数
-  auto grad_fn = value_and_grad(forward_fn, optimizer.parameters(), {.has_aux = true});
+  // 获取梯度函数: ms.value_and_grad(forward_fn, None, optimizer.parameters, has_aux=True)
+  auto grad_fn = value_and_grad(forward_fn, std::nullopt, optimizer.parameters(), {.has_aux = true});
 
   auto train_step = [&](const Tensor& data, const Tensor& label) {
-    auto [values, grads] = grad_fn(data, label);
-    const double loss = values[0].item() / scaler.scale_value();  // the unscaled loss, for logging
-    grads = scaler.unscale(grads);                                 // 缩放梯度 (unscale the gradients)
+    auto [values, grads] = grad_fn(data, label);  // 计算梯度（带缩放）: values = (scaled loss, logits)
+    Tensor loss = scaler.unscale(values[0]);      // 缩放Loss: the true loss, for logging
+    grads = scaler.unscale(grads);                // 缩放梯度 (unscale the gradients)
     const bool is_finite = amp::all_finite(grads);
-    if (is_finite) optimizer(grads);                               // 更新参数, only when finite
+    if (is_finite) optimizer(grads);              // 更新参数, only when finite
     scaler.adjust(is_finite);
-    return std::pair{loss, is_finite};
+    return std::pair{loss.item(), is_finite};
   };
 
   dataset::MnistOptions opts{.usage = "train"};
   if (samples > 0) opts.num_samples = samples;
-  auto data = dataset::MnistDataset(dir, opts)
+  auto data = dataset::FashionMnistDataset(dir, opts)
                   .map(dataset::transforms::rescale(1.0 / 255, 0))
                   .map(dataset::transforms::normalize(0.2860, 0.3530))
                   .shuffle(0)

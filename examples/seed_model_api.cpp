@@ -63,7 +63,7 @@ int main(int argc, char** argv) try {
   // 4. 开始训练
   dataset::MnistOptions opts{.usage = "train"};
   if (samples > 0) opts.num_samples = samples;
-  auto data = dataset::MnistDataset(dir, opts)
+  auto data = dataset::FashionMnistDataset(dir, opts)
                   .map(dataset::transforms::rescale(1.0 / 255, 0))
                   .map(dataset::transforms::normalize(0.2860, 0.3530))
                   .shuffle(0)
@@ -73,7 +73,7 @@ int main(int argc, char** argv) try {
                                losses.push_back(c.step.loss);
                              })});
 
-  auto test = dataset::MnistDataset(dir, {.usage = "test"})
+  auto test = dataset::FashionMnistDataset(dir, {.usage = "test"})
                   .map(dataset::transforms::rescale(1.0 / 255, 0))
                   .map(dataset::transforms::normalize(0.2860, 0.3530))
                   .batch(256);

@@ -1,6 +1,6 @@
-// Shared test helpers: tolerance table per dtype, element-wise comparison of tensors against
-// an oracle with a readable failure message (first mismatching index, values, tolerance), and
-// the text of the mixprec::Error a call throws.
+// Shared test helpers: tolerance table per dtype, element-wise comparison of tensors against an
+// oracle with a readable failure message (first mismatching index, values, tolerance), and the
+// text of the mixprec::Error a call throws, with a matcher on it.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -65,6 +65,15 @@ inline std::string error_text(const std::function<void()>& fn) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Success when fn throws mixprec::Error whose message contains `part`; else the message (or "no
+// error") in the failure.
+inline ::testing::AssertionResult throws_error_with(const std::function<void()>& fn, const std::string& part) {
+  const std::string text = error_text(fn);
+  if (text == "(no error)") return ::testing::AssertionFailure() << "no error";
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "message lacks \"" << part << "\":\n" << text;
 }
 
 }  // namespace mixprec::testing

@@ -1,8 +1,11 @@
 // AMP levels and lists: what auto_mixed_precision and custom_mixed_precision set on a network.
 // The lists are the registry's policy column (ops/registry.h); names accepted from users are op
-// names or MindSpore cell names.
+// names or MindSpore cell names, and a name that could not change what runs is refused with the
+// reason (every accepted name takes effect).
 #include <algorithm>
 #include <cctype>
+#include <iterator>
+#include <string>
 
 #include "mixprec/amp/amp.h"
 #include "mixprec/error.h"
@@ -70,6 +73,36 @@ static OpId resolve_op(const std::string& name) {
   return OpId::add;
 }
 
+// Ops whose arithmetic is fp32 whatever their input dtype: ops/softmax.cpp and ops/reduce.cpp
+// compute in acc_dtype(x) and record that as the compute dtype (levels_test checks this list
+// against what runs). Only their input and output tensors follow the dtype.
+constexpr OpId kFp32ArithmeticOps[] = {OpId::softmax, OpId::log_softmax, OpId::sum, OpId::mean};
+
+// Why listing `id` could not change what runs, or "" when it can. `name` is what the user wrote.
+static std::string list_refusal(OpId id, const std::string& name, bool white) {
+  const std::string op(op_name(id));
+  const std::string what = name == op ? "'" + op + "'" : "'" + name + "' (op " + op + ")";
+  if (op_info(id).kind == OpKind::layout)
+    return what + " moves or reinterprets data and is never autocast: it always runs in the dtype of its "
+                  "input, so a list cannot change it";
+  if (white && std::find(std::begin(kFp32ArithmeticOps), std::end(kFp32ArithmeticOps), id) !=
+                   std::end(kFp32ArithmeticOps))
+    return what + " always computes in fp32 (reductions and softmax accumulate in fp32 whatever the "
+                  "input dtype), and the white list casts its output back to fp32, so listing it would "
+                  "only round its input and output to the low dtype";
+  return {};
+}
+
+// The op `name` stands for, refused (with the reason) if listing it could not take effect.
+static OpId resolve_listed(const std::string& name, bool white) {
+  const OpId id = resolve_op(name);
+  const std::string why = list_refusal(id, name, white);
+  MIXPREC_CHECK(why.empty(), "custom_mixed_precision: ", white ? "white_list" : "black_list", ": ", why,
+                Hint{white ? "its tensors run in the low dtype when it is left off a black list (or at O2)"
+                           : "list the compute ops around it instead"});
+  return id;
+}
+
 void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType dtype) {
   check_low(dtype, "custom_mixed_precision");
   MIXPREC_CHECK(lists.white_list.empty() != lists.black_list.empty(),
@@ -83,13 +116,13 @@ void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType d
   if (!lists.white_list.empty()) {
     config.state.level = Level::O1;
     for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;
-    for (const auto& n : lists.white_list) ov[static_cast<size_t>(resolve_op(n))] = AmpPolicy::to_low;
+    for (const auto& n : lists.white_list) ov[static_cast<size_t>(resolve_listed(n, true))] = AmpPolicy::to_low;
   } else {
     config.state.level = Level::O2;
     config.state.keep_norm_fp32 = false;
     for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;
     for (const auto& n : lists.black_list) {
-      const OpId id = resolve_op(n);
+      const OpId id = resolve_listed(n, false);
       ov[static_cast<size_t>(id)] = AmpPolicy::to_fp32;
       if (op_info(id).kind == OpKind::norm) config.state.keep_norm_fp32 = true;
     }

@@ -22,7 +22,8 @@ void LossScaleManager::count(bool overflow, bool loss_finite) {
                   " consecutive steps with a non-finite LOSS (NaN/inf in the forward pass); the loss "
                   "scale cannot fix this",
                   Hint{"look for NaN in the input data, a too-high learning rate, or an op that "
-                       "overflows in low precision (run with --check-numerics / --amp-level O0)"});
+                       "overflows in low precision (TrainStepOptions::check_numerics names the first op "
+                       "that produced inf/NaN; amp_level O0 trains in fp32)"});
   }
   MIXPREC_CHECK(false, "loss scaling: ", state_.consecutive_overflows,
                 " consecutive steps whose GRADIENTS overflowed (the loss itself was finite); the "
@@ -81,15 +82,24 @@ std::string DynamicLossScaleManager::description() const {
 
 Tensor LossScaler::scale(const Tensor& loss) const { return ops::mul(loss, scale_); }
 
+Tensor LossScaler::unscale_tensor(const Tensor& loss) const {
+  MIXPREC_CHECK(loss.defined(), "LossScaler::unscale: the tensor is undefined");
+  return ops::mul(loss, 1.0 / scale_);
+}
+
 std::vector<Tensor> LossScaler::unscale(const std::vector<Tensor>& grads) const {
+  detail::check_gradient_list(grads, "LossScaler::unscale", /*allow_empty=*/true);
   std::vector<Tensor> out;
   out.reserve(grads.size());
-  for (const Tensor& g : grads) out.push_back(g.defined() ? g.clone() : g);
+  for (const Tensor& g : grads) out.push_back(g.clone());
   unscale_and_check(out, scale_);
   return out;
 }
 
-bool LossScaler::unscale_(const std::vector<Tensor>& grads) const { return unscale_and_check(grads, scale_); }
+bool LossScaler::unscale_(const std::vector<Tensor>& grads) const {
+  detail::check_gradient_list(grads, "LossScaler::unscale_", /*allow_empty=*/false);
+  return unscale_and_check(grads, scale_);
+}
 
 StaticLossScaler::StaticLossScaler(double s) : LossScaler(s) {
   MIXPREC_CHECK(std::isfinite(s) && s > 0, "StaticLossScaler: scale_value must be finite and > 0, got ", s);

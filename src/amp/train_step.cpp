@@ -50,8 +50,8 @@ double global_norm(const std::vector<Tensor>& grads, double scale) {
 
 }  // namespace
 
-TrainOneStepCell::TrainOneStepCell(nn::Cell& net, optim::Optimizer& opt,
-                                   std::shared_ptr<LossScaleManager> manager, TrainStepOptions options)
+TrainOneStepCell::TrainOneStepCell(nn::Cell& net, optim::Optimizer& opt, Ref<LossScaleManager> manager,
+                                   TrainStepOptions options)
     : network_(net), optimizer_(opt), manager_(std::move(manager)), options_(options) {
   MIXPREC_CHECK(options.accumulation_steps >= 1, "TrainOneStepCell: accumulation_steps must be >= 1, got ",
                 options.accumulation_steps);
@@ -147,7 +147,7 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   // micro-batches, 1/x computed in f64) happens inside the optimizer's fused update pass.
   const double divisor = scale * options_.accumulation_steps;
   double grad_scale = 1.0 / divisor;
-  bool finite = all_finite(grads);
+  bool finite = unscale_and_check(grads, 1.0);  // check only (scale 1); skips parameters no gradient reached
   const bool loss_finite = std::isfinite(loss_value);
   double norm = -1.0;
   if (finite && options_.max_grad_norm > 0) {
@@ -218,11 +218,11 @@ std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::
   MIXPREC_CHECK(is_low_precision(low) || low == DType::f32, "build_train_network: cast_model_type must be "
                 "f16, bf16 or f32, got ", dtype_name(low));
   const bool keep_bn = options.keep_batchnorm_fp32.value_or(level == Level::O2);
-  auto_mixed_precision(network, level, low, keep_bn);
+  if (level != Level::O0) auto_mixed_precision(network, level, low, keep_bn);
 
-  std::shared_ptr<LossScaleManager> manager;
+  Ref<LossScaleManager> manager;
   if (options.loss_scale_manager) manager = *options.loss_scale_manager;
-  else if (level == Level::O2 && low != DType::f32) manager = std::make_shared<DynamicLossScaleManager>();
+  else if (level == Level::O2 && low != DType::f32) manager = DynamicLossScaleManager();
 
   // O2/O3: fp32 masters stay with the optimizer; the low working copies it refreshes in its
   // update pass are what the forward pass uses (persistent cast-cache entries).
@@ -233,7 +233,7 @@ std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::
     optimizer.detach_working_copies();
 
   std::shared_ptr<nn::Cell> with_loss;
-  if (level == Level::O0 || low == DType::f32) with_loss = std::make_shared<nn::WithLossCell>(network, loss_fn);
+  if (!network.amp_config()) with_loss = std::make_shared<nn::WithLossCell>(network, loss_fn);
   else with_loss = std::make_shared<CastWithLossCell>(network, loss_fn);
   auto step = std::make_shared<TrainOneStepCell>(*with_loss, optimizer, manager, options.step);
   step->take_ownership(with_loss);

@@ -103,10 +103,25 @@ bool unscale_and_check(const std::vector<Tensor>& grads, double scale) {
   return ok;
 }
 
+namespace detail {
+
+void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bool allow_empty) {
+  MIXPREC_CHECK(allow_empty || !tensors.empty(), who, ": expected at least one tensor, got an empty list",
+                Hint{"pass the gradients value_and_grad returned for the optimizer's parameters; an "
+                     "empty list usually means the parameter list was empty"});
+  for (size_t i = 0; i < tensors.size(); ++i)
+    MIXPREC_CHECK(tensors[i].defined(), who, ": tensor ", i, " of ", tensors.size(),
+                  " is undefined; expected a gradient (a gradient that was never computed is not finite)",
+                  Hint{"value_and_grad returns zeros for a parameter no gradient reached; check how "
+                       "this list was built"});
+}
+
+}  // namespace detail
+
 bool all_finite(const std::vector<Tensor>& tensors) {
+  detail::check_gradient_list(tensors, "all_finite", /*allow_empty=*/false);
   bool ok = true;
   for (const Tensor& t : tensors) {
-    if (!t.defined()) continue;
     const Tensor c = t.contiguous();
     if (c.dtype() == DType::f32) ok &= scale_f32(c.data<float>(), c.numel(), 1.0f, false);
     else if (c.dtype() == DType::f16 || c.dtype() == DType::bf16) ok &= scale_16(c.data_ptr(), c.dtype(), c.numel(), 1.0f, false);

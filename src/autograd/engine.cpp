@@ -189,15 +189,56 @@ namespace detail {
 std::vector<Tensor> as_tensor_list(Tensor t) { return {std::move(t)}; }
 std::vector<Tensor> as_tensor_list(std::vector<Tensor> v) { return v; }
 
-ValueAndGrad differentiate(std::vector<Tensor> values, const std::vector<Tensor>& params,
-                           const ValueAndGradOptions& options) {
+void check_grad_spec(const std::vector<int>& positions, const std::vector<Tensor>& weights) {
+  MIXPREC_CHECK(!positions.empty() || !weights.empty(),
+                "value_and_grad: nothing to differentiate: grad_position is None and the weight list is empty",
+                Hint{"pass the parameters (optimizer.parameters()) as weights, or argument indices as "
+                     "grad_position"});
+  for (size_t k = 0; k < positions.size(); ++k) {
+    MIXPREC_CHECK(positions[k] >= 0, "value_and_grad: grad_position ", positions[k], " is negative; expected ",
+                  "argument indices >= 0");
+    for (size_t j = 0; j < k; ++j)
+      MIXPREC_CHECK(positions[j] != positions[k], "value_and_grad: grad_position ", positions[k],
+                    " is given twice");
+  }
+  for (size_t i = 0; i < weights.size(); ++i)
+    MIXPREC_CHECK(weights[i].defined() && weights[i].is_leaf() && weights[i].requires_grad(),
+                  "value_and_grad: weight ", i, " is not a leaf that requires grad",
+                  Hint{"pass parameters (cell.trainable_params() or optimizer.parameters())"});
+}
+
+Tensor input_leaf(size_t index, const std::vector<int>& positions, std::vector<Tensor>& inputs,
+                  const Tensor& arg) {
+  for (size_t k = 0; k < positions.size(); ++k) {
+    if (static_cast<size_t>(positions[k]) != index) continue;
+    MIXPREC_CHECK(arg.defined(), "value_and_grad: argument ", index, " (grad_position) is undefined");
+    MIXPREC_CHECK(is_floating(arg.dtype()), "value_and_grad: argument ", index, " (grad_position) is ",
+                  dtype_name(arg.dtype()), "; gradients need a floating tensor");
+    Tensor leaf = arg.detach();
+    leaf.set_requires_grad(true);
+    inputs[k] = leaf;
+    return leaf;
+  }
+  return arg;
+}
+
+ValueAndGrad differentiate(std::vector<Tensor> values, const std::vector<int>& positions,
+                           const std::vector<Tensor>& inputs, size_t num_args,
+                           const std::vector<Tensor>& weights, const ValueAndGradOptions& options) {
+  for (size_t k = 0; k < positions.size(); ++k)
+    MIXPREC_CHECK(inputs[k].defined(), "value_and_grad: grad_position ", positions[k],
+                  static_cast<size_t>(positions[k]) >= num_args
+                      ? " is out of range: the function was called with " + std::to_string(num_args) + " arguments"
+                      : std::string(" names an argument that is not a Tensor"));
   MIXPREC_CHECK(!values.empty(), "value_and_grad: the function returned no tensors");
   MIXPREC_CHECK(options.has_aux || values.size() == 1, "value_and_grad: the function returned ",
                 values.size(), " tensors but has_aux is false",
                 Hint{"set {.has_aux = true} to differentiate the first output and return the rest"});
-  std::vector<Tensor> grads = run_backward({values[0]}, {Tensor()}, {.capture = &params});
+  std::vector<Tensor> wrt = inputs;
+  wrt.insert(wrt.end(), weights.begin(), weights.end());
+  std::vector<Tensor> grads = run_backward({values[0]}, {Tensor()}, {.capture = &wrt});
   for (size_t i = 0; i < grads.size(); ++i)
-    if (!grads[i].defined()) grads[i] = zeros(params[i].shape(), {.dtype = params[i].dtype()});
+    if (!grads[i].defined()) grads[i] = zeros(wrt[i].shape(), {.dtype = wrt[i].dtype()});
   return ValueAndGrad{std::move(values), std::move(grads)};
 }
 

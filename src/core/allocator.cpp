@@ -81,7 +81,7 @@ class CpuAllocator final : public Allocator {
     }
     void* p = ::operator new(cls, std::align_val_t{kAllocAlignment}, std::nothrow);
     MIXPREC_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes",
-                  Hint{"reduce --batch-size, or check memory_stats() for what is live"});
+                  Hint{"use a smaller batch, or check memory_stats() for what is live"});
     detail::record_system_alloc(Device::cpu());
     detail::record_alloc(Device::cpu(), nbytes);
     return p;

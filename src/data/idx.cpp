@@ -17,6 +17,7 @@
 #include <string>
 
 #include "mixprec/error.h"
+#include "path_probe.h"
 
 namespace mixprec::dataset {
 namespace {
@@ -281,9 +282,9 @@ IdxArray parse_idx(std::span<const uint8_t> bytes, std::string_view name, int ex
 IdxArray read_idx(const std::filesystem::path& path, int expected_ndim, uint64_t max_payload) {
   const std::string name = path.string();
   std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  MIXPREC_CHECK(std::filesystem::exists(status), "read_idx: ", name, ": file not found");
-  MIXPREC_CHECK(std::filesystem::is_regular_file(status), "read_idx: ", name,
+  const detail::PathProbe probe = detail::probe_path(path);
+  MIXPREC_CHECK(probe.exists(), "read_idx: ", name, ": ", probe.problem.empty() ? "file not found" : probe.problem);
+  MIXPREC_CHECK(probe.type == std::filesystem::file_type::regular, "read_idx: ", name,
                 ": expected a regular file, found a directory or special file");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(name.c_str(), "rb"), &std::fclose);
   MIXPREC_CHECK(f != nullptr, "read_idx: ", name, ": cannot open: ", std::strerror(errno));

@@ -1,7 +1,9 @@
-// MnistDataset: finds the four standard IDX files (raw or .gz) in a directory, reads them with
-// read_idx, checks that image and label counts agree and that labels are < num_classes, and
-// serves samples from memory (u8). Errors name the directory or file and what was expected.
-// Not here: file parsing (idx.cpp), shuffling/batching/maps (pipeline.cpp).
+// MnistDataset and FashionMnistDataset: find the four standard IDX files (raw or .gz) in a
+// directory, read them with read_idx, check that image and label counts agree and that labels
+// are < num_classes, and serve samples from memory (u8). Errors name the dataset class, the
+// directory or file and what was expected; a path that exists but cannot be used (dangling link,
+// permission error) is reported as such (path_probe.h). Not here: file parsing (idx.cpp),
+// shuffling/batching/maps (pipeline.cpp).
 #include <algorithm>
 #include <cstring>
 #include <system_error>
@@ -9,22 +11,26 @@
 #include "mixprec/data/dataset.h"
 #include "mixprec/data/idx.h"
 #include "mixprec/error.h"
+#include "path_probe.h"
 
 namespace mixprec::dataset {
 namespace {
 
-constexpr const char* kInstallHint =
-    "install Fashion-MNIST with `apt-get install dataset-fashion-mnist` (files under "
-    "/usr/share/datasets/fashion-mnist), or pass --data DIR naming a directory with "
-    "MNIST-format IDX files";
+namespace fs = std::filesystem;
 
-// A few entries of `dir`, for "file not found" messages.
-std::string dir_listing(const std::filesystem::path& dir) {
+std::string install_hint(const char* who) {
+  return std::string("install Fashion-MNIST with `apt-get install dataset-fashion-mnist` (files under "
+                     "/usr/share/datasets/fashion-mnist), or give ") +
+         who + "(dir) a directory with MNIST-format IDX files";
+}
+
+// A few entries of `dir`, for "file not found" messages; the OS error if it cannot be listed.
+std::string dir_listing(const fs::path& dir) {
   std::error_code ec;
   std::vector<std::string> names;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
     names.push_back(it->path().filename().string());
+  if (ec) return "the directory cannot be listed: " + ec.message();
   if (names.empty()) return "the directory is empty";
   std::sort(names.begin(), names.end());
   std::string s = "the directory holds: ";
@@ -33,16 +39,17 @@ std::string dir_listing(const std::filesystem::path& dir) {
   return s;
 }
 
-// `stem` raw if present, else `stem`.gz; an error listing both names if neither exists.
-std::filesystem::path find_file(const std::filesystem::path& dir, const std::string& stem,
-                                const char* what) {
-  std::error_code ec;
+// `stem` raw if present, else `stem`.gz; an error listing both names if neither exists, or
+// naming the path that is there but cannot be used.
+fs::path find_file(const char* who, const fs::path& dir, const std::string& stem, const char* what) {
   for (const std::string& name : {stem, stem + ".gz"}) {
     const auto p = dir / name;
-    if (std::filesystem::exists(p, ec)) return p;
+    const detail::PathProbe probe = detail::probe_path(p);
+    if (probe.exists()) return p;
+    MIXPREC_CHECK(probe.problem.empty(), who, ": ", what, " file ", p.string(), " ", probe.problem);
   }
-  MIXPREC_CHECK(false, "MnistDataset: ", dir.string(), ": no ", what, " file: expected ", stem,
-                ".gz or ", stem, "; ", dir_listing(dir), Hint{kInstallHint});
+  MIXPREC_CHECK(false, who, ": ", dir.string(), ": no ", what, " file: expected ", stem, ".gz or ",
+                stem, "; ", dir_listing(dir), Hint{install_hint(who)});
   __builtin_unreachable();
 }
 
@@ -51,19 +58,17 @@ struct Split {
   int64_t count = 0, height = 0, width = 0;
 };
 
-Split load_split(const std::filesystem::path& dir, const std::string& prefix, int num_classes) {
-  const auto images_path =
-      find_file(dir, prefix + "-images-idx3-ubyte", (prefix + " images").c_str());
-  const auto labels_path =
-      find_file(dir, prefix + "-labels-idx1-ubyte", (prefix + " labels").c_str());
+Split load_split(const char* who, const fs::path& dir, const std::string& prefix, int num_classes) {
+  const auto images_path = find_file(who, dir, prefix + "-images-idx3-ubyte", (prefix + " images").c_str());
+  const auto labels_path = find_file(who, dir, prefix + "-labels-idx1-ubyte", (prefix + " labels").c_str());
   IdxArray images = read_idx(images_path, 3);
   IdxArray labels = read_idx(labels_path, 1);
-  MIXPREC_CHECK(images.dims[0] == labels.dims[0], "MnistDataset: ", images_path.string(), " holds ",
+  MIXPREC_CHECK(images.dims[0] == labels.dims[0], who, ": ", images_path.string(), " holds ",
                 images.dims[0], " images but ", labels_path.string(), " holds ", labels.dims[0],
                 " labels; expected equal counts",
                 Hint{"the two files come from different datasets or one is damaged"});
   for (size_t i = 0; i < labels.data.size(); ++i) {
-    MIXPREC_CHECK(labels.data[i] < num_classes, "MnistDataset: ", labels_path.string(), ": label[",
+    MIXPREC_CHECK(labels.data[i] < num_classes, who, ": ", labels_path.string(), ": label[",
                   i, "] = ", int{labels.data[i]}, ", expected < ", num_classes, " (num_classes)",
                   Hint{"set MnistOptions::num_classes if this dataset has more classes"});
   }
@@ -95,8 +100,8 @@ class MnistSource final : public Source {
 };
 
 // Appends `b` to `a` (usage "all"); both must have the same image size.
-void append_split(Split& a, Split b, const std::filesystem::path& dir) {
-  MIXPREC_CHECK(a.height == b.height && a.width == b.width, "MnistDataset: ", dir.string(),
+void append_split(const char* who, Split& a, Split b, const fs::path& dir) {
+  MIXPREC_CHECK(a.height == b.height && a.width == b.width, who, ": ", dir.string(),
                 ": train images are ", a.height, "x", a.width, " but test images are ", b.height,
                 "x", b.width, "; expected the same size for usage \"all\"");
   a.images.insert(a.images.end(), b.images.begin(), b.images.end());
@@ -112,24 +117,25 @@ void truncate_split(Split& s, int64_t n) {
   s.count = n;
 }
 
-std::shared_ptr<const Source> make_mnist_source(const std::filesystem::path& dir,
-                                                const MnistOptions& o) {
+std::shared_ptr<const Source> make_mnist_source(const char* who, const fs::path& dir, const MnistOptions& o) {
   const std::string& usage = o.usage;
   MIXPREC_CHECK(usage == "train" || usage == "test" || usage == "all",
-                "MnistDataset: expected usage \"train\", \"test\" or \"all\", got \"", usage, "\"");
+                who, ": expected usage \"train\", \"test\" or \"all\", got \"", usage, "\"");
   MIXPREC_CHECK(!o.num_samples || *o.num_samples > 0,
-                "MnistDataset: expected num_samples > 0, got ", o.num_samples.value_or(0));
+                who, ": expected num_samples > 0, got ", o.num_samples.value_or(0));
   MIXPREC_CHECK(o.num_classes >= 1 && o.num_classes <= 256,
-                "MnistDataset: expected num_classes in [1, 256] (labels are bytes), got ",
-                o.num_classes);
-  std::error_code ec;
-  MIXPREC_CHECK(std::filesystem::is_directory(dir, ec), "MnistDataset: ", dir.string(),
+                who, ": expected num_classes in [1, 256] (labels are bytes), got ", o.num_classes);
+  const detail::PathProbe probe = detail::probe_path(dir);
+  MIXPREC_CHECK(probe.type == fs::file_type::directory, who, ": ", dir.string(),
                 ": expected a directory with the MNIST/Fashion-MNIST files, found ",
-                std::filesystem::exists(dir, ec) ? "a file" : "nothing", Hint{kInstallHint});
-  Split split = load_split(dir, usage == "test" ? "t10k" : "train", o.num_classes);
-  if (usage == "all") append_split(split, load_split(dir, "t10k", o.num_classes), dir);
+                !probe.problem.empty() ? "a path that " + probe.problem
+                : probe.exists()       ? std::string("a file")
+                                       : std::string("nothing"),
+                Hint{install_hint(who)});
+  Split split = load_split(who, dir, usage == "test" ? "t10k" : "train", o.num_classes);
+  if (usage == "all") append_split(who, split, load_split(who, dir, "t10k", o.num_classes), dir);
   if (o.num_samples) truncate_split(split, *o.num_samples);
-  const std::string description = "MnistDataset(" + dir.string() + ", usage=" + usage + ", " +
+  const std::string description = std::string(who) + "(" + dir.string() + ", usage=" + usage + ", " +
                                   std::to_string(split.count) + " samples)";
   return std::make_shared<MnistSource>(std::move(split), description);
 }
@@ -137,6 +143,9 @@ std::shared_ptr<const Source> make_mnist_source(const std::filesystem::path& dir
 }  // namespace
 
 MnistDataset::MnistDataset(const std::filesystem::path& dir, MnistOptions options)
-    : Dataset(make_mnist_source(dir, options)) {}
+    : Dataset(make_mnist_source("MnistDataset", dir, options)) {}
+
+FashionMnistDataset::FashionMnistDataset(const std::filesystem::path& dir, MnistOptions options)
+    : Dataset(make_mnist_source("FashionMnistDataset", dir, options)) {}
 
 }  // namespace mixprec::dataset

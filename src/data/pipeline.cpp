@@ -35,6 +35,10 @@ Dataset Dataset::map(Transform transform, std::string_view input_column) const {
 }
 
 Dataset Dataset::shuffle(uint64_t seed) const {
+  MIXPREC_CHECK(!take_shuffled_rows_, "Dataset::shuffle: called after shuffle().take(",
+                *take_shuffled_rows_, "); the pipeline has one permutation per epoch",
+                Hint{"call shuffle() once; take() before it keeps the same rows every epoch, after it "
+                     "draws new ones"});
   Dataset d = *this;
   d.shuffle_seed_ = seed;
   return d;
@@ -42,9 +46,22 @@ Dataset Dataset::shuffle(uint64_t seed) const {
 
 Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   MIXPREC_CHECK(batch_size > 0, "Dataset::batch: expected batch_size > 0, got ", batch_size);
+  MIXPREC_CHECK(!take_batches_, "Dataset::batch: called after batch().take(", *take_batches_,
+                "), which counts batches of the earlier batch size",
+                Hint{"call batch() once, then take(n) for n batches"});
   Dataset d = *this;
   d.batch_size_ = batch_size;
   d.drop_remainder_ = drop_remainder;
+  d.batched_ = true;
+  return d;
+}
+
+Dataset Dataset::take(int64_t count) const {
+  MIXPREC_CHECK(count > 0 || count == -1, "Dataset::take: expected count > 0, or -1 for all, got ", count);
+  Dataset d = *this;
+  if (count == -1) return d;
+  std::optional<int64_t>& slot = batched_ ? d.take_batches_ : shuffle_seed_ ? d.take_shuffled_rows_ : d.take_rows_;
+  slot = std::min(count, slot.value_or(count));
   return d;
 }
 
@@ -56,7 +73,19 @@ Dataset Dataset::prefetch(int depth) const {
   return d;
 }
 
-int64_t Dataset::num_samples() const { return source_->size(); }
+int64_t Dataset::pool_size() const { return std::min(source_->size(), take_rows_.value_or(source_->size())); }
+
+int64_t Dataset::rows() const {
+  const int64_t pool = pool_size();
+  return std::min(pool, take_shuffled_rows_.value_or(pool));
+}
+
+int64_t Dataset::num_samples() const {
+  const int64_t n = rows();
+  const int64_t all_batches = drop_remainder_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  if (!take_batches_ || *take_batches_ >= all_batches) return n;
+  return *take_batches_ * batch_size_;  // the taken batches are all full ones
+}
 
 int64_t Dataset::num_batches() const {
   const int64_t n = num_samples();
@@ -65,10 +94,13 @@ int64_t Dataset::num_batches() const {
 
 std::vector<int64_t> Dataset::epoch_order(int64_t epoch) const {
   MIXPREC_CHECK(epoch >= 0, "Dataset::epoch_order: expected epoch >= 0, got ", epoch);
-  const int64_t n = num_samples();
+  const int64_t n = pool_size();
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[i] = i;
-  if (!shuffle_seed_) return order;
+  if (!shuffle_seed_) {
+    order.resize(static_cast<size_t>(num_samples()));
+    return order;
+  }
   // The epoch's key is block `epoch` of the seed's stream; the shuffle draws from that key's
   // stream from counter 0. Draw i picks j in [0, i] by a 64x64 -> high-64 multiply (bias below
   // n / 2^64, i.e. none that any test could see).
@@ -79,6 +111,7 @@ std::vector<int64_t> Dataset::epoch_order(int64_t epoch) const {
         static_cast<unsigned __int128>(g.next_u64()) * static_cast<unsigned __int128>(i + 1);
     std::swap(order[i], order[static_cast<int64_t>(r >> 64)]);
   }
+  order.resize(static_cast<size_t>(num_samples()));  // a take() after shuffle() keeps the first rows
   return order;
 }
 

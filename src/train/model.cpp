@@ -1,6 +1,6 @@
-// Model: builds the train step lazily, runs epochs of batches through it with callbacks, and
-// evaluates metrics. Position bookkeeping (next epoch/batch, global step) lets a checkpoint
-// resume training exactly where it stopped.
+// Model: builds the train step when constructed, runs epochs of batches through it with
+// callbacks, and evaluates metrics. Position bookkeeping (next epoch/batch, global step) lets a
+// checkpoint resume training exactly where it stopped.
 #include "mixprec/train/model.h"
 
 #include <chrono>
@@ -13,19 +13,12 @@ namespace mixprec::train {
 
 Model::Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options)
     : network_(network), loss_fn_(loss_fn), optimizer_(optimizer), options_(std::move(options)) {
-  (void)parse_amp_level(options_.amp_level);  // fail early on a bad level
-}
-
-amp::TrainOneStepCell& Model::train_network() {
-  if (!train_net_) {
-    amp::BuildOptions b;
-    b.keep_batchnorm_fp32 = options_.keep_batchnorm_fp32;
-    b.cast_model_type = options_.dtype;
-    if (options_.loss_scale_manager) b.loss_scale_manager = options_.loss_scale_manager->shared();
-    b.step = options_.step;
-    train_net_ = amp::build_train_network(network_, optimizer_, loss_fn_, options_.amp_level, b);
-  }
-  return *train_net_;
+  amp::BuildOptions b;
+  b.keep_batchnorm_fp32 = options_.keep_batchnorm_fp32;
+  b.cast_model_type = options_.dtype;
+  b.loss_scale_manager = options_.loss_scale_manager;
+  b.step = options_.step;
+  train_net_ = amp::build_train_network(network_, optimizer_, loss_fn_, options_.amp_level, b);
 }
 
 void Model::set_position(int64_t epoch, int64_t batch, int64_t global_step) {
@@ -43,7 +36,7 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
                     options.start_batch <= ds.num_batches(),
                 "Model.train: resume position (epoch ", options.initial_epoch, ", batch ",
                 options.start_batch, ") is outside ", epochs, " epochs of ", ds.num_batches(), " batches");
-  amp::TrainOneStepCell& step = train_network();
+  amp::TrainOneStepCell& step = *train_net_;
   network_.set_train(true);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();

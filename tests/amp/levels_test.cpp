@@ -2,8 +2,11 @@
 // resnet-small is recorded (ops/autocast.h OpRecorder) and its compute dtype compared with the
 // DESIGN.md table for O0/O1/O2/O3/auto in bf16 and f16. Also: BatchNorm fp32 at O2 but not O3,
 // fp32 master-weight gradients, cast-cache invalidation by an optimizer step, to_float winning
-// over the level, lists and error messages.
+// over the level, lists and error messages; custom lists accept only names that change what runs.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
 
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
@@ -219,6 +222,119 @@ TEST(AmpLevels, CustomWhiteListCastsOnlyThoseOps) {
       EXPECT_EQ(r.compute_dtype, DType::f32);
     }
   }
+}
+
+// A cell running one of most compute ops, on an f32 input, for the custom-list tests.
+struct OpMix : nn::Cell {
+  nn::Conv2d conv{1, 3, 3, {.pad_mode = nn::PadMode::valid}};
+  nn::BatchNorm2d bn{3};
+  nn::Dense fc{12, 8};
+  nn::LayerNorm ln{{8}};
+  OpMix() {
+    register_cell("conv", conv);
+    register_cell("bn", bn);
+    register_cell("fc", fc);
+    register_cell("ln", ln);
+  }
+  Tensor construct(const Tensor& x) override {
+    Tensor h = ops::max_pool2d(ops::relu(bn(conv(x))));
+    h = ln(fc(ops::flatten(h)));
+    const Tensor e = ops::exp(ops::mul(ops::tanh(h), 0.5));
+    const Tensor s = ops::softmax(ops::add(e, ops::sigmoid(h)));
+    const Tensor t = ops::sum(ops::log_softmax(ops::gelu(h)), {1}, true);
+    return ops::add(ops::mul(s, ops::mean(t)), ops::max(h, {1}, true));
+  }
+};
+
+// Op -> the records of that op in one forward pass of `net` under `lists` (nullopt: no AMP).
+std::map<OpId, std::vector<OpRecord>> records_by_op(const std::optional<amp::CustomLists>& lists) {
+  manual_seed(0);
+  OpMix net;
+  if (lists) amp::custom_mixed_precision(net, *lists, DType::bf16);
+  std::map<OpId, std::vector<OpRecord>> out;
+  for (OpRecord& r : run_recorded(net, testing::random({2, 1, 6, 6}, 10, DType::f32)))
+    if (op_info(r.op).kind != OpKind::layout) out[r.op].push_back(std::move(r));
+  return out;
+}
+
+bool accepted(const amp::CustomLists& lists) {
+  nn::Dense d(2, 2);
+  try {
+    amp::custom_mixed_precision(d, lists, DType::bf16);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+TEST(AmpLevels, CustomListsRefuseNamesThatCannotTakeEffectWithTheReason) {
+  nn::Dense d(2, 2);
+  auto message = [&](const amp::CustomLists& lists) {
+    try {
+      amp::custom_mixed_precision(d, lists, DType::bf16);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  for (const char* name : {"softmax", "Softmax", "log_softmax", "LogSoftmax", "sum", "mean"}) {
+    const std::string m = message({.white_list = {"Dense", name}});
+    EXPECT_NE(m.find("white_list: '" + std::string(name) + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("always computes in fp32"), std::string::npos) << m;
+    EXPECT_TRUE(accepted({.black_list = {name}})) << name << " on a black list keeps an fp32 input unrounded";
+  }
+  for (const char* name : {"view", "cast", "concat", "dropout", "contiguous", "argmax"}) {
+    for (bool white : {true, false}) {
+      const std::string m = message(white ? amp::CustomLists{.white_list = {name}} : amp::CustomLists{.black_list = {name}});
+      EXPECT_NE(m.find("never autocast"), std::string::npos) << name << ": " << m;
+    }
+  }
+  // The default lists are accepted as custom lists.
+  EXPECT_TRUE(accepted({.white_list = amp::get_white_list()}));
+  EXPECT_TRUE(accepted({.black_list = amp::get_black_list()}));
+}
+
+TEST(AmpLevels, EveryNameACustomListAcceptsChangesWhatRuns) {
+  const auto plain = records_by_op(std::nullopt);
+  // Black-list baseline: an op the network does not run, so every op it runs is in bf16.
+  const auto all_low = records_by_op(amp::CustomLists{.black_list = {"embedding"}});
+  ASSERT_GE(plain.size(), 15u);
+  int white_taken = 0, white_refused = 0;
+  for (const auto& [op, base] : plain) {
+    const std::string name(op_name(op));
+    for (const OpRecord& r : base) ASSERT_EQ(r.compute_dtype, DType::f32) << name;
+    // White list: the op's arithmetic moves to bf16.
+    if (accepted({.white_list = {name}})) {
+      ++white_taken;
+      const auto listed = records_by_op(amp::CustomLists{.white_list = {name}});
+      for (const OpRecord& r : listed.at(op)) EXPECT_EQ(r.compute_dtype, DType::bf16) << name << " on the white list";
+    } else {
+      ++white_refused;
+      // The refusal's reason holds: fed bf16 it still computes in fp32.
+      for (const OpRecord& r : all_low.at(op)) {
+        EXPECT_EQ(r.input_dtypes.at(0), DType::bf16) << name;
+        EXPECT_EQ(r.compute_dtype, DType::f32) << name << " was refused, so it must compute in fp32 anyway";
+      }
+    }
+    // Black list: the op computes in fp32 with fp32 weights and (norms aside, whose activations
+    // may stay low, DESIGN.md) fp32 inputs, where the baseline runs it or feeds it in bf16.
+    ASSERT_TRUE(accepted({.black_list = {name}})) << name;
+    const auto listed = records_by_op(amp::CustomLists{.black_list = {name}});
+    ASSERT_EQ(listed.at(op).size(), all_low.at(op).size()) << name;
+    for (size_t i = 0; i < listed.at(op).size(); ++i) {
+      const OpRecord& r = listed.at(op)[i];
+      const OpRecord& base_low = all_low.at(op)[i];
+      EXPECT_EQ(r.compute_dtype, DType::f32) << name << " on the black list";
+      for (DType d : r.weight_dtypes) EXPECT_EQ(d, DType::f32) << name << " weights on the black list";
+      if (op_info(op).kind != OpKind::norm) {
+        for (DType d : r.input_dtypes) EXPECT_EQ(d, DType::f32) << name << " inputs on the black list";
+      }
+      EXPECT_TRUE(r.compute_dtype != base_low.compute_dtype || r.input_dtypes != base_low.input_dtypes)
+          << name << ": the black list changed nothing";
+    }
+  }
+  EXPECT_EQ(white_refused, 4) << "softmax, log_softmax, sum, mean";
+  EXPECT_GE(white_taken, 11);
 }
 
 TEST(AmpLevels, PrecisionTableShowsWhatRan) {

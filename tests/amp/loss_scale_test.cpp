@@ -1,11 +1,13 @@
 // Loss scaling: every state transition of the managers and functional scalers, the fused
 // unscale-and-check with inf/NaN injected into chosen gradients (first, middle, last tensor;
 // f32, f16, bf16), and the train step: a skipped step leaves weights, optimizer state, step
-// count and learning-rate schedule bit-identical.
+// count and learning-rate schedule bit-identical; unscale of one tensor; all_finite refusing
+// undefined and empty lists; build_train_network taking its manager as Model does.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "mixprec/mixprec.h"
@@ -13,6 +15,8 @@
 
 namespace mixprec {
 namespace {
+
+using testing::throws_error_with;
 
 std::vector<Tensor> make_grads(DType d) {
   return {testing::random({7}, 1, DType::f32).astype(d), testing::random({3, 33}, 2, DType::f32).astype(d),
@@ -262,6 +266,120 @@ TEST(TrainStep, ClippingComposesWithScaling) {
   for (size_t i = 0; i < w0.size(); ++i)
     for (size_t j = 0; j < w0[i].size(); ++j) moved += (w1[i][j] - w0[i][j]) * (w1[i][j] - w0[i][j]);
   EXPECT_NEAR(std::sqrt(moved), 1e-3, 1e-5) << "lr 1 times the clipped norm";
+}
+
+// The seed's functional loop: loss = scaler.unscale(loss), symmetric with scale(loss).
+TEST(FunctionalScaler, UnscaleTakesASingleTensorLikeScale) {
+  for (double s : {1024.0, 1000.0}) {
+    amp::StaticLossScaler scaler(s);
+    for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+      const Tensor g = testing::random({37}, 21, DType::f32).astype(d);
+      const Tensor one = scaler.unscale(g);
+      static_assert(std::is_same_v<decltype(scaler.unscale(g)), Tensor>);
+      EXPECT_EQ(one.dtype(), d);
+      // Bit-identical to the list form (1/scale computed in f64, applied in f32).
+      EXPECT_EQ(one.to_vector<double>(), scaler.unscale(std::vector<Tensor>{g})[0].to_vector<double>())
+          << "scale " << s << " " << dtype_name(d);
+    }
+    const Tensor loss = Tensor::from_vector<float>({0.75f}, {});
+    // Exact for a power of 2; a multiply by the f32 reciprocal otherwise (as MindSpore's unscale).
+    EXPECT_NEAR(scaler.unscale(scaler.scale(loss)).item(), 0.75, s == 1024.0 ? 0.0 : 1e-7) << "scale " << s;
+  }
+  // Differentiable, like scale: d(unscale(x))/dx = 1/scale.
+  amp::DynamicLossScaler dyn(512.0, 2.0, 10);
+  Tensor x = Tensor::from_vector<float>({3.0f}, {1}).set_requires_grad(true);
+  ops::sum(dyn.unscale(x)).backward();
+  EXPECT_EQ(x.grad().item(), 1.0 / 512.0);
+  // A braced list still means the list form.
+  static_assert(std::is_same_v<decltype(dyn.unscale({x})), std::vector<Tensor>>);
+  EXPECT_THROW((void)dyn.unscale(Tensor()), Error);
+}
+
+TEST(FunctionalScaler, AnUndefinedGradientOrAnEmptyListIsAnError) {
+  const Tensor g = testing::random({5}, 22, DType::f32);
+  EXPECT_TRUE(throws_error_with([] { (void)amp::all_finite({}); },
+                                "all_finite: expected at least one tensor, got an empty list"));
+  EXPECT_TRUE(throws_error_with([] { (void)amp::all_finite({Tensor()}); },
+                                "all_finite: tensor 0 of 1 is undefined"));
+  EXPECT_TRUE(throws_error_with([&] { (void)amp::all_finite({g, Tensor()}); },
+                                "all_finite: tensor 1 of 2 is undefined"));
+  amp::StaticLossScaler scaler(8.0);
+  EXPECT_TRUE(throws_error_with([&] { (void)scaler.unscale({g, Tensor(), g}); },
+                                "LossScaler::unscale: tensor 1 of 3"));
+  EXPECT_TRUE(throws_error_with([&] { (void)scaler.unscale_({Tensor()}); },
+                                "LossScaler::unscale_: tensor 0 of 1"));
+  EXPECT_TRUE(throws_error_with([&] { (void)scaler.unscale_({}); }, "empty list"));
+  EXPECT_TRUE(amp::all_finite({g}));
+  EXPECT_TRUE(scaler.unscale(std::vector<Tensor>{}).empty());
+}
+
+TEST(TrainStep, AParameterNoGradientReachesIsNotAnOverflow) {
+  struct WithUnused : nn::Cell {
+    nn::Dense fc{4, 3}, unused{4, 3};
+    WithUnused() {
+      register_cell("fc", fc);
+      register_cell("unused", unused);
+    }
+    Tensor construct(const Tensor& x) override { return fc(x); }
+  };
+  manual_seed(0);
+  WithUnused net;
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  optim::SGD opt(net.trainable_params(), 0.5);
+  auto step = amp::build_train_network(net, opt, loss_fn, "O0", {.loss_scale_manager = amp::FixedLossScaleManager(64.0)});
+  const auto unused0 = net.unused.weight.to_vector<float>();
+  (*step)(testing::random({8, 4}, 23, DType::f32), Tensor::from_vector<int32_t>({0, 1, 2, 0, 1, 2, 0, 1}, {8}));
+  EXPECT_FALSE(step->last_step().overflow);
+  EXPECT_FALSE(step->last_step().skipped);
+  EXPECT_EQ(net.unused.weight.to_vector<float>(), unused0);
+}
+
+// build_train_network takes its manager as train::Model does: the seed's value form, nullptr,
+// or a shared_ptr.
+TEST(TrainStep, BuildTrainNetworkTakesTheManagerAsModelDoes) {
+  manual_seed(0);
+  Tiny net;
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  nn::Momentum optimizer(net.trainable_params(), 0.01, 0.9);
+  auto loss_scale_manager = amp::FixedLossScaleManager(1024.0, {.drop_overflow_update = false});
+  auto step = amp::build_train_network(net, optimizer, loss_fn, "O2",
+                                       {.loss_scale_manager = loss_scale_manager});
+  ASSERT_NE(step->loss_scale_manager(), nullptr);
+  EXPECT_EQ(step->loss_scale_manager()->get_loss_scale(), 1024.0);
+  EXPECT_FALSE(step->loss_scale_manager()->get_drop_overflow_update());
+  const Tensor x = testing::random({8, 4}, 24, DType::f32);
+  const Tensor y = Tensor::from_vector<int32_t>({0, 1, 2, 0, 1, 2, 0, 1}, {8});
+  (*step)(x, y);
+  EXPECT_EQ(step->last_step().loss_scale, 1024.0);
+  EXPECT_EQ(step->loss_scale_manager()->state().good_steps, 1) << "the cell's copy keeps the state";
+  // The seed's functional route: loss_scale_manager=None means no scaling, even at O2.
+  Tiny net2;
+  nn::Momentum optimizer2(net2.trainable_params(), 0.01, 0.9);
+  auto unscaled = amp::build_train_network(net2, optimizer2, loss_fn, "O2", {.loss_scale_manager = nullptr});
+  EXPECT_EQ(unscaled->loss_scale_manager(), nullptr);
+  // A shared_ptr is shared with the caller.
+  Tiny net3;
+  nn::Momentum optimizer3(net3.trainable_params(), 0.01, 0.9);
+  auto shared = std::make_shared<amp::DynamicLossScaleManager>(256.0, 2.0, 1);
+  auto step3 = amp::build_train_network(net3, optimizer3, loss_fn, "O2", {.loss_scale_manager = shared});
+  (*step3)(x, y);
+  EXPECT_EQ(shared->get_loss_scale(), 512.0) << "one clean step with window 1 doubles the caller's manager";
+  EXPECT_EQ(step3->loss_scale_manager(), shared.get());
+}
+
+TEST(LossScaleManager, AForwardNanStopsWithAnApiHintNotACliFlag) {
+  amp::FixedLossScaleManager m(128.0);
+  m.max_consecutive_overflows = 2;
+  m.update_loss_scale(true, false);
+  try {
+    m.update_loss_scale(true, false);
+    FAIL() << "two consecutive overflows with max 2 must stop";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("non-finite LOSS"), std::string::npos) << what;
+    EXPECT_NE(what.find("TrainStepOptions::check_numerics"), std::string::npos) << what;
+    EXPECT_EQ(what.find("--"), std::string::npos) << what;
+  }
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 // overflow in backward or in graph teardown).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <tuple>
+
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/ops/ops.h"
 #include "op_test_util.h"
@@ -10,6 +13,7 @@
 namespace mixprec {
 namespace {
 using testing::random;
+using testing::throws_error_with;
 
 TEST(Autograd, DiamondGraphSumsBothPaths) {
   // y = a*x + b*x with x shared: dy/dx = a + b.
@@ -66,6 +70,52 @@ TEST(Autograd, ValueAndGradWithAux) {
   EXPECT_FALSE(w.grad().defined()) << "value_and_grad must not touch .grad";
   auto no_aux = value_and_grad(forward_fn, {w});
   EXPECT_THROW(no_aux(data, label), Error);
+}
+
+// MindSpore's grad_position, checked against MindSpore 2.10 on f(x, y) = (sum(x*y*w), x + y) with
+// x = 2, y = 5, w = 3: default (0) -> [15]; 1 -> [6]; (0, 1) -> [15, 6]; None, [w] -> [10];
+// 0, [w] -> ([15], [10]); None, None / out of range / duplicate / negative -> errors.
+TEST(Autograd, ValueAndGradGradPositionFollowsMindSpore) {
+  Tensor w = Tensor::from_vector<float>({3.0f}, {1}).set_requires_grad(true);
+  auto f = [&](const Tensor& x, const Tensor& y) {
+    return std::tuple{ops::sum(ops::mul(ops::mul(x, y), w)), ops::add(x, y)};
+  };
+  const Tensor x = Tensor::from_vector<float>({2.0f}, {1});
+  const Tensor y = Tensor::from_vector<float>({5.0f}, {1});
+  auto grads_of = [&](auto grad_fn) {
+    auto [values, grads] = grad_fn(x, y);
+    EXPECT_EQ(values.size(), 2u);
+    EXPECT_EQ(values[0].item(), 30.0);
+    EXPECT_EQ(values[1].item(), 7.0) << "the aux output is returned too";
+    std::vector<double> out;
+    for (const Tensor& g : grads) out.push_back(g.item());
+    return out;
+  };
+  EXPECT_EQ(grads_of(value_and_grad(f, 0, {}, {.has_aux = true})), (std::vector<double>{15.0}));
+  EXPECT_EQ(grads_of(value_and_grad(f, 1, {}, {.has_aux = true})), (std::vector<double>{6.0}));
+  EXPECT_EQ(grads_of(value_and_grad(f, {0, 1}, {}, {.has_aux = true})), (std::vector<double>{15.0, 6.0}));
+  EXPECT_EQ(grads_of(value_and_grad(f, {1, 0}, {}, {.has_aux = true})), (std::vector<double>{6.0, 15.0}));
+  // The seed's form: ms.value_and_grad(forward_fn, None, optimizer.parameters, has_aux=True).
+  EXPECT_EQ(grads_of(value_and_grad(f, std::nullopt, {w}, {.has_aux = true})), (std::vector<double>{10.0}));
+  EXPECT_EQ(grads_of(value_and_grad(f, 0, {w}, {.has_aux = true})), (std::vector<double>{15.0, 10.0}));
+  EXPECT_FALSE(w.grad().defined()) << "value_and_grad must not touch .grad";
+  EXPECT_FALSE(x.requires_grad()) << "the caller's inputs are left as they were";
+  // MindSpore's default grad_position is 0; arguments that are not Tensors pass through.
+  auto scaled = [](const Tensor& a, double k) { return ops::sum(ops::mul(a, k)); };
+  auto [v, g] = value_and_grad(scaled)(Tensor::from_vector<float>({1.0f, 2.0f}, {2}), 4.0);
+  EXPECT_EQ(v[0].item(), 12.0);
+  EXPECT_EQ(g[0].to_vector<float>(), (std::vector<float>{4.0f, 4.0f}));
+
+  EXPECT_TRUE(throws_error_with([&] { (void)value_and_grad(f, std::nullopt); }, "nothing to differentiate"));
+  EXPECT_TRUE(throws_error_with([&] { (void)value_and_grad(f, {0, 0}); }, "grad_position 0 is given twice"));
+  EXPECT_TRUE(throws_error_with([&] { (void)value_and_grad(f, -1); }, "grad_position -1 is negative"));
+  EXPECT_TRUE(throws_error_with([&] { (void)value_and_grad(f, 2, {}, {.has_aux = true})(x, y); },
+                                "grad_position 2 is out of range: the function was called with 2 arguments"));
+  EXPECT_TRUE(throws_error_with([&] { (void)value_and_grad(scaled, 1)(x, 2.0); },
+                                "grad_position 1 names an argument that is not a Tensor"));
+  const Tensor labels = Tensor::from_vector<int32_t>({1}, {1});
+  EXPECT_TRUE(throws_error_with([&] { (void)value_and_grad(f, 1, {}, {.has_aux = true})(x, labels); },
+                                "floating"));
 }
 
 TEST(Autograd, GraphIsFreedUnlessRetained) {

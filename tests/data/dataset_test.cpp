@@ -103,9 +103,40 @@ TEST(Mnist, MissingFilesListExpectedNamesAndInstallHint) {
       [&] { MnistDataset(dir.path(), {.usage = "train"}); },
       {dir.path().string(), "no train images file",
        "train-images-idx3-ubyte.gz or train-images-idx3-ubyte", "t10k-images-idx3-ubyte",
-       "apt-get install dataset-fashion-mnist", "--data DIR"}));
+       "apt-get install dataset-fashion-mnist", "MnistDataset(dir)"}));
   EXPECT_TRUE(throws_with([&] { MnistDataset(dir / "absent"); },
                           {"absent", "expected a directory", "apt-get install"}));
+}
+
+// The library speaks in API terms; only the CLI names its flags (--data).
+TEST(Mnist, MessagesNameNoCommandLineFlag) {
+  TempDir dir;
+  try {
+    MnistDataset(dir.path(), {.usage = "train"});
+    FAIL() << "an empty directory loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("--"), std::string::npos) << what;
+    EXPECT_NE(what.find("MnistDataset(dir)"), std::string::npos) << what;
+  }
+}
+
+TEST_F(TinyMnist, FashionMnistDatasetReadsTheSameFilesUnderItsOwnName) {
+  for (const char* usage : {"train", "test", "all"}) {
+    const MnistOptions o{.usage = usage};
+    expect_same_batches(all_batches(FashionMnistDataset(dir.path(), o).shuffle(3).batch(7), 1),
+                        all_batches(MnistDataset(dir.path(), o).shuffle(3).batch(7), 1));
+  }
+  EXPECT_EQ(FashionMnistDataset(dir.path(), {.usage = "test", .num_samples = 5}).source().describe(),
+            "FashionMnistDataset(" + dir.path().string() + ", usage=test, 5 samples)");
+  EXPECT_TRUE(throws_with([&] { FashionMnistDataset(dir / "absent"); },
+                          {"FashionMnistDataset: ", "absent", "FashionMnistDataset(dir)"}));
+  // The default directory is Debian's Fashion-MNIST: loaded when installed, named when not.
+  try {
+    EXPECT_NE(FashionMnistDataset().source().describe().find(kFashionMnistDir), std::string::npos);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(kFashionMnistDir), std::string::npos) << e.what();
+  }
 }
 
 TEST(Mnist, ImageAndLabelCountsMustAgree) {

@@ -1,7 +1,11 @@
 // End to end: the Model trains on a slice of data and its loss falls (fp32 and O2), eval gives
-// metrics, predict returns fp32, callbacks see every step, max_steps stops training, and
-// resuming at (epoch, batch) continues bit-identically.
+// metrics, predict returns fp32, callbacks see every step, max_steps stops training, resuming at
+// (epoch, batch) continues bit-identically, and the AMP level applies from construction.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
 
 #include "mixprec/mixprec.h"
 
@@ -66,6 +70,106 @@ TEST(Model, MaxStepsAndCallbacks) {
   EXPECT_EQ(model.next_batch(), 5);
   EXPECT_THROW(model.eval(synthetic(64, 3)), Error) << "no metrics were given";
   EXPECT_THROW(train::Model(*net, loss_fn, opt, {.amp_level = "O7"}), Error);
+}
+
+// The seed's checkpoint-loading scenario: a Model at O2 loads fp32 weights and evaluates before
+// it has trained. The level applies from construction: conv and dense run in bf16 in predict,
+// and predict/eval give exactly what a Model that went through train() first gives.
+TEST(Model, AmpLevelAppliesFromConstructionToPredictAndEval) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("mixprec_model_level_" + std::to_string(::getpid()) + ".safetensors");
+  manual_seed(0);
+  io::save_checkpoint(*nn::make_model("lenet"), path);
+  const Tensor x = dataset::SyntheticDataset({.num_samples = 8, .seed = 9})
+                       .map(dataset::transforms::rescale(1.0 / 255, 0))
+                       .batch(8)
+                       .get_batch(0, 0)
+                       .image;
+  struct Result {
+    Tensor out;
+    std::map<std::string, double> metrics;
+    std::vector<OpRecord> records;
+  };
+  auto run = [&](const char* level, bool train_first) {
+    manual_seed(1);
+    auto net = nn::make_model("lenet");
+    nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+    nn::Momentum opt(net->trainable_params(), 0.01, 0.9);
+    train::Model model(*net, loss_fn, opt,
+                       {.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}}, .amp_level = level});
+    if (train_first) model.train(1, synthetic(64, 5), {}, {.max_steps = 1});
+    io::load_param_into_net(*net, io::load_checkpoint(path), {.strict = true});
+    Result r;
+    {
+      OpRecorder rec(&r.records);
+      r.out = model.predict(x);
+    }
+    r.metrics = model.eval(synthetic(96, 6));
+    return r;
+  };
+  const Result before = run("O2", false);
+  const Result after = run("O2", true);
+  const Result fp32 = run("O0", false);
+  std::filesystem::remove(path);
+  int low_ops = 0;
+  for (const OpRecord& r : before.records) {
+    if (r.op != OpId::conv2d && r.op != OpId::linear) continue;
+    ++low_ops;
+    EXPECT_EQ(r.compute_dtype, DType::bf16) << op_name(r.op) << " in '" << r.cell_path << "' before train()";
+  }
+  EXPECT_EQ(low_ops, 5) << "lenet: 2 conv + 3 dense";
+  EXPECT_EQ(before.out.dtype(), DType::f32);
+  EXPECT_EQ(before.out.to_vector<float>(), after.out.to_vector<float>());
+  EXPECT_EQ(before.metrics, after.metrics);
+  EXPECT_NE(before.out.to_vector<float>(), fp32.out.to_vector<float>()) << "O2 must differ from fp32";
+}
+
+// The Model route's O0 keeps a network's own AMP configuration (MindSpore: O0 changes nothing),
+// so `mixprec eval`'s auto_mixed_precision + Model(...) evaluates at the level it set.
+TEST(Model, O0KeepsTheNetworksOwnAmpConfiguration) {
+  manual_seed(0);
+  auto net = nn::make_model("lenet");
+  amp::auto_mixed_precision(*net, "O2", DType::bf16);
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  nn::SGD opt(net->trainable_params(), 0.01);
+  train::Model model(*net, loss_fn, opt);
+  for (bool trained : {false, true}) {
+    if (trained) model.train(1, synthetic(64, 7), {}, {.max_steps = 1});
+    std::vector<OpRecord> records;
+    {
+      OpRecorder rec(&records);
+      (void)model.predict(zeros({2, 1, 28, 28}));
+    }
+    int conv = 0;
+    for (const OpRecord& r : records)
+      if (r.op == OpId::conv2d) {
+        ++conv;
+        EXPECT_EQ(r.compute_dtype, DType::bf16) << (trained ? "after train()" : "before train()");
+      }
+    EXPECT_EQ(conv, 2);
+  }
+}
+
+// Library errors speak in API terms; only the CLI names its flags (it adds them to these).
+TEST(LibraryErrors, NameApiTermsNotCommandLineFlags) {
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string oom = message([] { (void)allocator_for(Device::cpu()).allocate(size_t{1} << 62); });
+  EXPECT_NE(oom.find("use a smaller batch"), std::string::npos) << oom;
+  amp::DynamicLossScaleManager manager(1024.0, 2.0, 10);
+  manager.max_consecutive_overflows = 1;
+  const std::string nan_loss = message([&] { manager.update_loss_scale(true, /*loss_finite=*/false); });
+  EXPECT_NE(nan_loss.find("TrainStepOptions::check_numerics"), std::string::npos) << nan_loss;
+  EXPECT_NE(nan_loss.find("amp_level O0"), std::string::npos) << nan_loss;
+  const std::string no_data = message([] { dataset::MnistDataset("/nonexistent/mixprec-data"); });
+  EXPECT_NE(no_data.find("MnistDataset(dir)"), std::string::npos) << no_data;
+  for (const std::string& m : {oom, nan_loss, no_data}) EXPECT_EQ(m.find("--"), std::string::npos) << m;
 }
 
 std::vector<std::vector<float>> weights(nn::Cell& net) {

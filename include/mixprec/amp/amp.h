@@ -16,6 +16,7 @@
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/numerics.h"
 #include "mixprec/optim/optimizer.h"
+#include "mixprec/ref.h"
 
 namespace mixprec::amp {
 
@@ -40,7 +41,10 @@ void auto_mixed_precision(nn::Cell& network, Level level, DType dtype = DType::b
 
 // Exactly one list: white_list behaves like O1 with these ops, black_list like O2 with these
 // ops in fp32. Names are op names (conv2d, linear, matmul, batch_norm, softmax...) or MindSpore
-// cell names (Conv2d, Dense, BatchNorm2d, LayerNorm, Softmax, ReLU...).
+// cell names (Conv2d, Dense, BatchNorm2d, LayerNorm, Softmax, ReLU...). Every accepted name
+// changes what runs; a name that could not is refused with the reason: layout ops (view, cast,
+// concat, dropout...) on either list, and on the white list the ops whose arithmetic is always
+// fp32 (softmax, log_softmax, sum, mean), which O1 would only round.
 struct CustomLists {
   std::vector<std::string> white_list{};
   std::vector<std::string> black_list{};
@@ -90,8 +94,9 @@ struct TrainStepOptions {
 // network_with_loss(data, label) -> scalar loss; one call = one micro-batch.
 class TrainOneStepCell : public nn::Cell {
  public:
+  // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).
   TrainOneStepCell(nn::Cell& network_with_loss, optim::Optimizer& optimizer,
-                   std::shared_ptr<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
+                   Ref<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
   // Runs forward, backward, unscale + check, and (unless skipped) the optimizer. Returns the
   // unscaled loss.
   Tensor construct(const Tensor& data, const Tensor& label) override;
@@ -118,7 +123,7 @@ class TrainOneStepCell : public nn::Cell {
   nn::Cell* backbone_ = nullptr;
   std::vector<std::string> param_names_;
   optim::Optimizer& optimizer_;
-  std::shared_ptr<LossScaleManager> manager_;
+  Ref<LossScaleManager> manager_;
   TrainStepOptions options_;
   std::vector<Tensor> accumulated_;
   int micro_ = 0;
@@ -133,14 +138,18 @@ struct BuildOptions {
   // The low dtype (f16 or bf16; default bf16 on CPU). f32 turns the level's casts off.
   std::optional<DType> cast_model_type{};
   // Level default when not set: DynamicLossScaleManager(2^24, 2, 2000) at O2, none otherwise.
-  // Set to nullptr explicitly for no loss scaling.
-  std::optional<std::shared_ptr<LossScaleManager>> loss_scale_manager{};
+  // Taken as train::ModelOptions takes it: a value (`FixedLossScaleManager(1024.0, {...})`, copied
+  // in; read its state back with loss_scale_manager() on the returned cell), a shared_ptr
+  // (shared with the caller), or nullptr for no loss scaling.
+  std::optional<Ref<LossScaleManager>> loss_scale_manager{};
   TrainStepOptions step{};
 };
 
 // MindSpore's amp.build_train_network: applies the level to `network`, wraps it with the loss
 // (casting the output, and a floating label, to fp32 at O1-O3), attaches fp32-master/low-copy
-// weights to the optimizer at O2/O3, and returns the train-step cell.
+// weights to the optimizer at O2/O3, and returns the train-step cell. At O0 the network's AMP
+// configuration is left as it is (MindSpore: "O0: do not change"), so a network the caller set
+// up with auto_mixed_precision keeps it.
 std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::Optimizer& optimizer,
                                                       nn::Cell& loss_fn, std::string_view level,
                                                       BuildOptions options = {});

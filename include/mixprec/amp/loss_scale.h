@@ -6,6 +6,7 @@
 // data so checkpoints can save and restore it exactly.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -20,10 +21,20 @@ namespace mixprec::amp {
 
 // Multiplies every gradient by 1/scale in place (skipped when scale == 1) and returns true if
 // all values are finite. One pass over each tensor; f32, f16 and bf16 gradients; contiguous or
-// not. Non-finite values are left as they are (the step is skipped anyway).
+// not. Non-finite values are left as they are (the step is skipped anyway). Undefined entries
+// (no gradient reached that parameter) are skipped: this is the train step's internal pass.
 bool unscale_and_check(const std::vector<Tensor>& grads, double scale);
-// True if every element of every tensor is finite (MindSpore's amp.all_finite).
+// True if every element of every tensor is finite (MindSpore's amp.all_finite). An undefined
+// tensor is an error naming its index (a gradient that was never computed is not "finite"), and
+// so is an empty list (MindSpore cannot stack an empty list either; an empty gradient list is a
+// mistake upstream, e.g. an optimizer with no parameters).
 bool all_finite(const std::vector<Tensor>& tensors);
+
+namespace detail {
+// Throws naming `who` and the index of the first undefined tensor; also if `tensors` is empty
+// and !allow_empty.
+void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bool allow_empty);
+}  // namespace detail
 
 // ---------------------------------------------------------------- managers (Model route)
 
@@ -103,7 +114,13 @@ class LossScaler {
   virtual ~LossScaler() = default;
   // loss * scale (differentiable: scale the loss inside the forward function).
   Tensor scale(const Tensor& loss) const;
-  // grads / scale, as new tensors.
+  // loss / scale (differentiable), the inverse of scale(): the seed's `loss = scaler.unscale(loss)`
+  // after a forward function that returned the scaled loss. Same rounding as the list form (a
+  // multiply by 1/scale computed in f64). A template only so that `unscale({g})` still picks the
+  // list form.
+  template <std::same_as<Tensor> T>
+  Tensor unscale(const T& loss) const { return unscale_tensor(loss); }
+  // grads / scale, as new tensors. An undefined gradient is an error naming its index.
   std::vector<Tensor> unscale(const std::vector<Tensor>& grads) const;
   // Same, in place and fused with the finite check; returns all_finite.
   bool unscale_(const std::vector<Tensor>& grads) const;
@@ -115,6 +132,9 @@ class LossScaler {
  protected:
   explicit LossScaler(double s) : scale_(s) {}
   double scale_;
+
+ private:
+  Tensor unscale_tensor(const Tensor& loss) const;
 };
 
 class StaticLossScaler : public LossScaler {

@@ -5,6 +5,9 @@
 // A Dataset is an immutable value describing a pipeline over a shared, read-only Source; each
 // call returns a new description. Execution order is fixed whatever the call order: sample
 // order (file order, or the (seed, epoch) permutation) -> batch -> maps, in the order given.
+// take(n) is the one call whose place matters, as in MindSpore: before batch() it counts rows
+// (before shuffle(): the first n rows in file order, permuted each epoch; after shuffle(): the
+// first n rows of each epoch's permutation), after batch() it counts batches.
 // Resume invariant: iterator(e, k) yields exactly the batches k, k+1, ... that iterator(e, 0)
 // yields after skipping k, on every machine and thread count. Depends on the core layer only.
 #pragma once
@@ -105,6 +108,9 @@ class Dataset {
   Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
   // Batches prepared ahead by a background thread (default 2); 0 prepares them on demand.
   Dataset prefetch(int depth) const;
+  // MindSpore's take(count): the first `count` rows, or batches when called after batch() (see
+  // the top of this file); -1 takes everything; more than there are takes everything.
+  Dataset take(int64_t count) const;
 
   int64_t num_samples() const;
   int64_t num_batches() const;
@@ -134,12 +140,21 @@ class Dataset {
   // Builds batch `index` from the sample order (`order` null: identity).
   Batch make_batch(const std::vector<int64_t>* order, int64_t epoch, int64_t index) const;
 
+  // Samples the epoch order is drawn from: the source, less what a take() before shuffle() cut.
+  int64_t pool_size() const;
+  // Rows an epoch yields before batching: the pool, less what a take() after shuffle() cut.
+  int64_t rows() const;
+
   std::shared_ptr<const Source> source_;
   std::vector<MapStep> maps_;
   std::optional<uint64_t> shuffle_seed_;
   int64_t batch_size_ = 1;
   bool drop_remainder_ = false;
+  bool batched_ = false;  // batch() was called: a later take() counts batches
   int prefetch_ = 2;
+  std::optional<int64_t> take_rows_;           // take() before shuffle() and batch()
+  std::optional<int64_t> take_shuffled_rows_;  // take() after shuffle(), before batch()
+  std::optional<int64_t> take_batches_;        // take() after batch()
 };
 
 class EpochRange {
@@ -171,6 +186,15 @@ class MnistDataset : public Dataset {
  public:
   explicit MnistDataset(const std::filesystem::path& dir = kFashionMnistDir,
                         MnistOptions options = {});
+};
+
+// MindSpore's FashionMnistDataset: the same files, format and options as MnistDataset (the
+// class name in messages and describe() is the only difference); the default directory is
+// where Debian's dataset-fashion-mnist package puts them.
+class FashionMnistDataset : public Dataset {
+ public:
+  explicit FashionMnistDataset(const std::filesystem::path& dir = kFashionMnistDir,
+                               MnistOptions options = {});
 };
 
 struct SyntheticOptions {

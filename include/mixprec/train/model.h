@@ -1,8 +1,9 @@
 // train::Model: the seed's high-level API. Model(net, loss_fn, optimizer, {.metrics,
-// .amp_level, .loss_scale_manager}) builds the train step with amp::build_train_network on the
-// first train() call; train(epochs, dataset, callbacks) runs it over a Dataset; eval(dataset)
-// computes the metrics; predict(x) runs the network in eval mode. The Model does not own the
-// network, loss or optimizer (as in the seed, the caller creates and keeps them).
+// .amp_level, .loss_scale_manager}) builds the train step with amp::build_train_network when it
+// is constructed (as MindSpore's Model does), so the level applies to eval and predict before
+// any training; train(epochs, dataset, callbacks) runs it over a Dataset; eval(dataset) computes
+// the metrics; predict(x) runs the network in eval mode. The Model does not own the network,
+// loss or optimizer (as in the seed, the caller creates and keeps them).
 #pragma once
 
 #include <map>
@@ -24,7 +25,8 @@ struct ModelOptions {
   std::map<std::string, MetricRef> metrics{};
   std::string amp_level = "O0";
   std::optional<bool> keep_batchnorm_fp32{};      // level default (true at O2)
-  // Level default when unset (dynamic at O2); nullptr for none.
+  // Level default when unset (dynamic at O2); nullptr for none. A value is copied in (read its
+  // state with train_network().loss_scale_manager()); a shared_ptr is shared with the caller.
   std::optional<Ref<amp::LossScaleManager>> loss_scale_manager{};
   std::optional<DType> dtype{};                    // the low dtype (default bf16 on CPU)
   amp::TrainStepOptions step{};                    // clipping, gradient accumulation
@@ -38,6 +40,8 @@ struct TrainOptions {
 
 class Model {
  public:
+  // Applies options.amp_level to `network` now (amp::build_train_network; at O0 the network's
+  // own AMP configuration, if any, is kept).
   Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options = {});
 
   void train(int64_t epochs, const dataset::Dataset& train_dataset,
@@ -47,7 +51,7 @@ class Model {
   // Network output in eval mode (fp32 at every AMP level).
   Tensor predict(const Tensor& x);
 
-  amp::TrainOneStepCell& train_network();
+  amp::TrainOneStepCell& train_network() { return *train_net_; }
   nn::Cell& network() { return network_; }
   const ModelOptions& options() const { return options_; }
   // Where training stopped: the next (epoch, batch) to run, and steps run so far.
