@@ -97,9 +97,10 @@ ConvRun run_conv(const V& in, const Conv2dOptions& o, std::string_view impl, Ten
   return {y.detach(), g[0], g[1], g[2]};
 }
 
+// f32 natively; f16 always and bf16 without AVX-512 through the f32 emulation (f16_via_f32).
 bool onednn_computes(DType d) {
 #if MIXPREC_WITH_ONEDNN
-  return d == DType::f32 || d == DType::f16 || cpu_features().avx512f;
+  return d == DType::f32 || d == DType::f16 || d == DType::bf16;
 #else
   (void)d;
   return false;
@@ -246,6 +247,40 @@ TEST(Conv2d, FastPathsMatchReference) {
       EXPECT_EQ(fast.dw.dtype(), acc_dtype(d)) << c.name;
     }
   }
+}
+
+// Without AVX-512 oneDNN 2.6 has no bf16 convolution: bf16 goes through the f32 emulation (widen,
+// oneDNN f32, round once) rather than to the scalar reference kernel. Every case that some fast
+// implementation takes in f32 is taken by a fast one in bf16 too, and matches the reference.
+TEST(Conv2d, Bf16RunsOnAFastPathWhereverF32Does) {
+#if MIXPREC_WITH_ONEDNN
+  auto fast_impl = [](const V& in, const Conv2dOptions& o) -> std::string {
+    for (const char* impl : {"direct_c1", "im2col_gemm", "onednn", "f16_via_f32"}) {
+      try {
+        (void)run_conv(in, o, impl);
+        return impl;
+      } catch (const Error&) {
+      }
+    }
+    return "";
+  };
+  int emulated = 0;
+  for (const ConvCase& c : cases()) {
+    if (fast_impl(case_inputs(c, 61, DType::f32), c.o).empty()) continue;
+    const V in = case_inputs(c, 61, DType::bf16);
+    const std::string impl = fast_impl(in, c.o);
+    ASSERT_FALSE(impl.empty()) << c.name << ": bf16 would run in the reference kernel";
+    if (impl == "f16_via_f32") ++emulated;
+    const ConvRun fast = run_conv(in, c.o, impl);
+    const ConvRun ref = run_conv(in, c.o, "ref");
+    EXPECT_TRUE(runs_close(fast, ref, testing::tolerance_for(DType::bf16), {1e-4, 1e-4})) << c.name << " " << impl;
+  }
+  if (!cpu_features().avx512f) {
+    EXPECT_GT(emulated, 0) << "without AVX-512 some bf16 case must take the f32 emulation";
+  }
+#else
+  GTEST_SKIP() << "built without oneDNN";
+#endif
 }
 
 TEST(Conv2d, Bf16WeightAndBiasGradientsAreF32) {

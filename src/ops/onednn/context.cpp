@@ -57,6 +57,12 @@ std::string why_not_computes_in(DType d) {
 
 bool computes_in(DType d) { return why_not_computes_in(d).empty(); }
 
+std::string why_not_via_f32(DType d) {
+  if (d == DType::f16) return "";
+  if (d == DType::bf16) return computes_in(d) ? "oneDNN computes in bf16 here" : "";
+  return std::string("not a 16-bit float (") + std::string(dtype_name(d)) + ")";
+}
+
 dnnl::memory::dims dims_of(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
 
 dnnl::memory::desc md(const Shape& shape, const Strides& strides, DType d) {

@@ -277,7 +277,8 @@ void run_bwd_weights(const BwdWeightsEntry& e, const Tensor& x, const Tensor& dy
 }
 
 std::string dtype_reason(DType d) {
-  return d == DType::f16 ? "f16 runs through the f16_via_f32 emulation" : why_not_computes_in(d);
+  return why_not_via_f32(d).empty() ? std::string(dtype_name(d)) + " runs through the f16_via_f32 emulation"
+                                     : why_not_computes_in(d);
 }
 
 }  // namespace
@@ -310,10 +311,10 @@ void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
                   p.dw, p.db);
 }
 
-// ---------------------------------------------------------------- f16 through f32
+// ---------------------------------------------------------------- f16 (and bf16 on AVX2) through f32
 
 std::string conv_fwd_f16_declines(const ConvFwdProblem& p) {
-  if (p.x.dtype() != DType::f16) return "not f16";
+  if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
   return fwd_entry(spec_f32(p.x), spec_f32(p.w), spec_f32(p.b), spec_f32(p.y), p.g, p.relu)->error;
 }
 void conv_fwd_f16(const ConvFwdProblem& p) {
@@ -324,7 +325,7 @@ void conv_fwd_f16(const ConvFwdProblem& p) {
 }
 
 std::string conv_bwd_data_f16_declines(const ConvBwdDataProblem& p) {
-  if (p.dy.dtype() != DType::f16) return "not f16";
+  if (std::string why = why_not_via_f32(p.dy.dtype()); !why.empty()) return why;
   return bwd_data_entry(spec_f32(p.dx), spec_f32(p.w), spec_f32(p.dy), p.g)->error;
 }
 void conv_bwd_data_f16(const ConvBwdDataProblem& p) {
@@ -335,7 +336,7 @@ void conv_bwd_data_f16(const ConvBwdDataProblem& p) {
 }
 
 std::string conv_bwd_weights_f16_declines(const ConvBwdWeightsProblem& p) {
-  if (p.x.dtype() != DType::f16) return "not f16";
+  if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
   if (!p.dw.defined()) return "only the bias gradient is needed";
   return bwd_weights_entry(spec_f32(p.x), spec_f32(p.dy), spec(p.dw), spec(p.db), p.g)->error;
 }

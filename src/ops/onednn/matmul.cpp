@@ -105,10 +105,7 @@ void matmul_run(const MatmulProblem& p) {
 }
 
 std::string matmul_f16_via_f32_declines(const MatmulProblem& p) {
-  const DType d = p.a.dtype();
-  if (d == DType::f16) return "";
-  if (d == DType::bf16 && !computes_in(DType::bf16)) return "";
-  return "operands are not f16";
+  return why_not_via_f32(p.a.dtype());
 }
 
 namespace {

@@ -151,8 +151,8 @@ std::shared_ptr<LnBwd> ln_bwd(int64_t rows, int64_t m, DType dt, double eps) {
 // buffer stands in, rather than carrying beta into the backward.
 dnnl::memory shift_placeholder(const Tensor& gamma) { return mem(gamma); }
 
-std::string not_f16(const Tensor& x) {
-  return x.dtype() == DType::f16 ? "" : "only for f16 data";
+std::string not_via_f32(const Tensor& x) {
+  return why_not_via_f32(x.dtype());
 }
 
 }  // namespace
@@ -197,7 +197,7 @@ void batch_norm_backward(const BatchNormBackward& p) {
 }
 
 std::string batch_norm_forward_f16_declines(const BatchNormForward& p) {
-  if (std::string why = not_f16(p.x); !why.empty()) return why;
+  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { bn_fwd(p.x.shape(), p.x.strides(), DType::f32, p.eps); });
 }
 
@@ -210,7 +210,7 @@ void batch_norm_forward_f16(const BatchNormForward& p) {
 }
 
 std::string batch_norm_backward_f16_declines(const BatchNormBackward& p) {
-  if (std::string why = not_f16(p.x); !why.empty()) return why;
+  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { bn_bwd(p.x.shape(), p.x.strides(), DType::f32, p.training, p.eps); });
 }
 
@@ -259,7 +259,7 @@ void layer_norm_backward(const LayerNormBackward& p) {
 }
 
 std::string layer_norm_forward_f16_declines(const LayerNormForward& p) {
-  if (std::string why = not_f16(p.x); !why.empty()) return why;
+  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { ln_fwd(p.x.shape()[0], p.x.shape()[1], DType::f32, p.eps); });
 }
 
@@ -272,7 +272,7 @@ void layer_norm_forward_f16(const LayerNormForward& p) {
 }
 
 std::string layer_norm_backward_f16_declines(const LayerNormBackward& p) {
-  if (std::string why = not_f16(p.x); !why.empty()) return why;
+  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { ln_bwd(p.x.shape()[0], p.x.shape()[1], DType::f32, p.eps); });
 }
 

@@ -109,7 +109,7 @@ void softmax_backward(const SoftmaxBackward& p) {
 }
 
 std::string softmax_forward_f16_declines(const SoftmaxForward& p) {
-  if (p.x.dtype() != DType::f16) return "only for f16 data";
+  if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
   if (p.x.numel() == 0) return "empty tensor";
   return try_create([&] { fwd(p.x.shape(), DType::f32, p.axis, p.log); });
 }
@@ -123,7 +123,7 @@ void softmax_forward_f16(const SoftmaxForward& p) {
 }
 
 std::string softmax_backward_f16_declines(const SoftmaxBackward& p) {
-  if (p.y.dtype() != DType::f16) return "only for f16 data";
+  if (std::string why = why_not_via_f32(p.y.dtype()); !why.empty()) return why;
   if (p.y.numel() == 0) return "empty tensor";
   return try_create([&] { bwd(p.y.shape(), DType::f32, p.axis, p.log); });
 }
