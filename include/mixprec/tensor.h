@@ -178,7 +178,7 @@ T* Tensor::data() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  const Tensor packed = astype(dtype_of<T>()).contiguous();
+  const Tensor packed = (dtype() == dtype_of<T>() ? *this : astype(dtype_of<T>())).contiguous();
   const T* p = packed.data<T>();
   return std::vector<T>(p, p + packed.numel());
 }

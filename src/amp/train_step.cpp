@@ -24,8 +24,8 @@ class CastWithLossCell : public nn::Cell {
   CastWithLossCell(nn::Cell& net, nn::Cell& loss) : net_(net), loss_(loss) {}
   Tensor construct(const Tensor& data, const Tensor& label) override {
     Tensor out = net_(data);
-    if (is_low_precision(out.dtype())) out = ops::cast(out, DType::f32);
-    const Tensor l = is_low_precision(label.dtype()) ? ops::cast(label, DType::f32) : label;
+    if (is_low_precision(out.dtype())) out = ops::amp_cast(out, DType::f32);
+    const Tensor l = is_low_precision(label.dtype()) ? ops::amp_cast(label, DType::f32) : label;
     return loss_(out, l);
   }
   std::string type_name() const override { return "WithLossCell"; }
@@ -41,7 +41,7 @@ double global_norm(const std::vector<Tensor>& grads, double scale) {
   double sq = 0.0;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
-    const Tensor g32 = ops::mul(g.astype(DType::f32), scale);
+    const Tensor g32 = ops::mul(ops::amp_cast(g, DType::f32), scale);
     const double n = ops::sum(ops::mul(g32, g32)).item();
     sq += n;
   }
@@ -187,7 +187,7 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
 GradStats gradient_stats(const std::string& name, const Tensor& grad, double scale) {
   GradStats st;
   st.param = name;
-  Tensor g = grad.astype(DType::f32).contiguous();
+  Tensor g = ops::amp_cast(grad, DType::f32).contiguous();
   if (scale != 1.0) g = ops::mul(g, scale);  // statistics of the unscaled gradient
   const float* p = g.data<float>();
   const int64_t n = g.numel();

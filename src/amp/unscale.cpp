@@ -120,14 +120,7 @@ void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bo
 
 bool all_finite(const std::vector<Tensor>& tensors) {
   detail::check_gradient_list(tensors, "all_finite", /*allow_empty=*/false);
-  bool ok = true;
-  for (const Tensor& t : tensors) {
-    const Tensor c = t.contiguous();
-    if (c.dtype() == DType::f32) ok &= scale_f32(c.data<float>(), c.numel(), 1.0f, false);
-    else if (c.dtype() == DType::f16 || c.dtype() == DType::bf16) ok &= scale_16(c.data_ptr(), c.dtype(), c.numel(), 1.0f, false);
-    else if (c.dtype() == DType::f64) for (double v : c.to_vector<double>()) ok &= std::isfinite(v);
-  }
-  return ok;
+  return unscale_and_check(tensors, 1.0);  // scale 1: the read-only check pass
 }
 
 }  // namespace mixprec::amp

@@ -23,7 +23,7 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;
   if (!b.defined()) return a;
   const DType dt = promote(a.dtype(), b.dtype());
-  return ops::add(a.astype(dt), b.astype(dt));
+  return ops::add(ops::amp_cast(a, dt), ops::amp_cast(b, dt));
 }
 
 // Records the first backward node that produced a non-finite gradient.
@@ -86,7 +86,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
   auto deliver_leaf = [&](const Edge& e, Tensor g) {
     if (!g.defined()) return;
     const std::shared_ptr<AutogradMeta>& leaf = e.leaf;
-    if (g.dtype() != e.leaf_dtype) g = g.astype(e.leaf_dtype);
+    if (g.dtype() != e.leaf_dtype) g = ops::amp_cast(g, e.leaf_dtype);
     if (!g.is_contiguous()) g = g.contiguous();  // e.g. a stride-0 view from a sum's backward
     if (options.capture) {
       auto it = capture_index.find(leaf.get());
@@ -151,7 +151,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
       if (!grads[i].defined()) {
         grads[i] = zeros(n->output_shapes[i], {.dtype = n->output_dtypes[i]});
       } else if (!n->accepts_any_grad_dtype && grads[i].dtype() != n->output_dtypes[i]) {
-        grads[i] = grads[i].astype(n->output_dtypes[i]);
+        grads[i] = ops::amp_cast(grads[i], n->output_dtypes[i]);
       }
     }
     std::vector<Tensor> in_grads = n->backward(grads);

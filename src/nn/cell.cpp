@@ -43,7 +43,7 @@ Tensor Cell::call(Fn&& fn) {
   if (amp_ && amp_->cache) amp_->cache->clear_step();  // per-step casts live for one call
   if (amp_ && amp_->cast_output_to_fp32 && out.defined() && is_floating(out.dtype()) &&
       out.dtype() != DType::f32 && out.dtype() != DType::f64)
-    out = ops::cast(out, DType::f32);
+    out = ops::amp_cast(out, DType::f32);
   return out;
 }
 

@@ -121,19 +121,34 @@ CellCallScope::CellCallScope(bool precision_boundary) {
 }
 CellCallScope::~CellCallScope() { t_calls.pop_back(); }
 
-bool has_explicit_dtype(const Tensor& t) {
-  const uint64_t mark = t.defined() ? t.impl()->explicit_dtype_scope : 0;
-  if (mark == 0) return false;
+namespace {
+// The position of an honoured mark on the call stack: 0 for marks made outside any cell, i + 1 for
+// the call t_calls[i]; -1 when the mark is 0 or not honoured here.
+int64_t mark_depth(uint64_t mark) {
+  if (mark == 0) return -1;
   for (size_t i = t_calls.size(); i-- > 0;) {
-    if (t_calls[i].id == mark) return true;
-    if (t_calls[i].boundary) return false;  // made outside the cell that sets its own precision
+    if (t_calls[i].id == mark) return static_cast<int64_t>(i) + 1;
+    if (t_calls[i].boundary) return -1;  // made outside the cell that casts its inputs
   }
-  return mark == kOutsideCells;
+  return mark == kOutsideCells ? 0 : -1;
+}
+}  // namespace
+
+uint64_t explicit_dtype_mark(const Tensor& t) {
+  const uint64_t mark = t.defined() ? t.impl()->explicit_dtype_scope : 0;
+  return mark_depth(mark) >= 0 ? mark : 0;
 }
 
-void mark_explicit_dtype(const Tensor& t) {
+uint64_t outer_explicit_dtype_mark(uint64_t a, uint64_t b) {
+  const int64_t da = mark_depth(a), db = mark_depth(b);
+  if (da < 0) return db < 0 ? 0 : b;
+  return db >= 0 && db < da ? b : a;
+}
+
+void mark_explicit_dtype(const Tensor& t, uint64_t mark) {
   if (!t.defined() || has_explicit_dtype(t)) return;
-  t.impl()->explicit_dtype_scope = t_calls.empty() ? kOutsideCells : t_calls.back().id;
+  if (mark == 0) mark = t_calls.empty() ? kOutsideCells : t_calls.back().id;
+  t.impl()->explicit_dtype_scope = mark;
 }
 
 // ------------------------------------------------------------------ cast cache

@@ -185,9 +185,9 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   // One compute dtype for all operands (autocast has usually made them equal already).
   DType dt = promote(x.dtype(), w.dtype());
   if (b.defined()) dt = promote(dt, b.dtype());
-  if (x.dtype() != dt) x = cast(x, dt);
-  if (w.dtype() != dt) w = cast(w, dt);
-  if (b.defined() && b.dtype() != dt) b = cast(b, dt);
+  x = amp_cast(x, dt);
+  w = amp_cast(w, dt);
+  if (b.defined()) b = amp_cast(b, dt);
   const ConvGeometry g = conv_geometry(x.shape(), w.shape(), o);
   MIXPREC_CHECK(!b.defined() || b.shape() == Shape{g.cout}, "conv2d: expected bias [", g.cout,
                 "], got shape ", shape_str(b.shape()));

@@ -10,6 +10,7 @@
 // The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA) and
 // picked at run time.
 #include "conv_direct.h"
+#include "mixprec/ops/ops.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -191,7 +192,7 @@ std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image
 }
 
 std::vector<float> padded_weights(const Tensor& w, const Plan& p) {
-  const Tensor w32 = w.astype(DType::f32).contiguous();  // [cout, 1, kh, kw]
+  const Tensor w32 = amp_cast(w, DType::f32).contiguous();  // [cout, 1, kh, kw]
   const float* wp = w32.data<float>();
   const int64_t taps = p.kh * p.kw;
   std::vector<float> out(static_cast<size_t>(p.ncb * taps * kCoBlk), 0.0f);
@@ -212,7 +213,7 @@ void direct_c1_fwd(const ConvFwdProblem& pr) {
   const std::vector<float> wpad = padded_weights(pr.w, p);
   std::vector<float> bias(static_cast<size_t>(p.ncb * kCoBlk), 0.0f);
   if (pr.b.defined()) {
-    const Tensor b32 = pr.b.astype(DType::f32).contiguous();
+    const Tensor b32 = amp_cast(pr.b, DType::f32).contiguous();
     std::copy_n(b32.data<float>(), p.cout, bias.begin());
   }
   const auto row_fn = avx512() ? &fwd_row_avx512 : &fwd_row_avx2;

@@ -83,7 +83,7 @@ Tensor as_n_hw_c(const Tensor& t) {
 // y = relu?(acc + bias) rounded once: acc is the f32 GEMM result [N, C, HW], y NCHW.
 void bias_relu_nchw(const Tensor& acc, const Tensor& b, bool relu, const Tensor& y) {
   const int64_t N = y.shape()[0], C = y.shape()[1], HW = y.shape()[2] * y.shape()[3];
-  const Tensor bias = b.defined() ? b.astype(DType::f32).contiguous() : Tensor();
+  const Tensor bias = b.defined() ? amp_cast(b, DType::f32).contiguous() : Tensor();
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
   const float* ap = acc.data<float>();
   visit_float(y.dtype(), [&]<class T>() {
@@ -144,7 +144,7 @@ void im2col_bwd_weights(const ConvBwdWeightsProblem& p) {
   if (p.db.defined()) {  // accumulated in f32 (a bf16 sum would round the bias gradient)
     Tensor db = p.db.detach();
     if (nchw(p.dy)) {
-      db.copy_(ops::sum(dy3.astype(DType::f32), {0, 2}));
+      db.copy_(ops::sum(amp_cast(dy3, DType::f32), {0, 2}));
     } else {
       const int64_t c = g.cout;
       sum_rows(Tensor::from_storage(p.dy.storage(), {p.dy.numel() / c, c}, {c, 1}, p.dy.offset(), p.dy.dtype()), db);

@@ -131,8 +131,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
       return std::vector<Tensor>{map2(g[0], mask, g[0].dtype(), apply, "dropout")};
     });
   }
-  Prepared none;
+  Prepared none;  // dropout runs in its input's dtype at every level, and keeps an explicit choice
   none.in = {x};
+  none.explicit_mark = explicit_dtype_mark(x);
   return finish(OpId::dropout, none, out, x.dtype());
 }
 

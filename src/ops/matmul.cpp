@@ -145,8 +145,8 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   check_same_device("matmul", {&a, &b});
   const DType dt = promote(a.dtype(), b.dtype());
   const MatmulPlan pl = plan_matmul(a.shape(), b.shape());
-  const Tensor av = a.detach().astype(dt).reshape(pl.a_full);
-  const Tensor bv = b.detach().astype(dt).reshape(pl.b_full);
+  const Tensor av = amp_cast(a.detach(), dt).reshape(pl.a_full);
+  const Tensor bv = amp_cast(b.detach(), dt).reshape(pl.b_full);
   Tensor out = mm(OpId::matmul, "forward", av, bv, dt).reshape(pl.out_shape);
   if (graph::needs_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -209,9 +209,9 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
   Shape y_shape(x.shape().begin(), x.shape().end() - 1);
   const int64_t rows = shape_numel(y_shape);
   y_shape.push_back(out_features);
-  const Tensor x2 = x.detach().astype(dt).reshape({rows, in});  // a view when x allows
-  const Tensor wd = w.detach().astype(dt);
-  const Tensor bd = bias.defined() ? bias.detach().astype(dt) : Tensor();
+  const Tensor x2 = amp_cast(x.detach(), dt).reshape({rows, in});  // a view when x allows
+  const Tensor wd = amp_cast(w.detach(), dt);
+  const Tensor bd = bias.defined() ? amp_cast(bias.detach(), dt) : Tensor();
   const Tensor y2 = run_matmul(OpId::linear, "forward", x2, wd.transpose(0, 1), bd, relu, dt);
   Tensor y = y2.view(y_shape);
   if (graph::needs_grad({&x, &w, &bias})) {

@@ -11,10 +11,13 @@ Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   if (op_recording())
     for (const Tensor& t : inputs) p.is_param.push_back(t.defined() && t.is_leaf() && t.requires_grad());
   std::optional<DType> explicit_dtype;
-  for (const Tensor& t : inputs)
-    if (t.defined() && is_floating(t.dtype()) && has_explicit_dtype(t))
-      explicit_dtype = explicit_dtype ? promote(*explicit_dtype, t.dtype()) : t.dtype();
-  p.explicit_dtype = explicit_dtype.has_value();
+  for (const Tensor& t : inputs) {
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    const uint64_t mark = explicit_dtype_mark(t);
+    if (mark == 0) continue;
+    explicit_dtype = explicit_dtype ? promote(*explicit_dtype, t.dtype()) : t.dtype();
+    p.explicit_mark = outer_explicit_dtype_mark(p.explicit_mark, mark);
+  }
   if (!autocast_active()) {
     p.in = std::move(inputs);
     return p;
@@ -27,14 +30,16 @@ Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   if (p.decision.input) {
     for (Tensor& t : p.in)
       if (t.defined() && is_floating(t.dtype()) && t.dtype() != *p.decision.input)
-        t = level_cast(t, *p.decision.input);
+        t = amp_cast(t, *p.decision.input);
   }
   return p;
 }
 
 void carry_explicit_dtype(std::initializer_list<const Tensor*> inputs, const Tensor& out) {
+  uint64_t mark = 0;
   for (const Tensor* t : inputs)
-    if (t && has_explicit_dtype(*t)) return mark_explicit_dtype(out);
+    if (t) mark = outer_explicit_dtype_mark(mark, explicit_dtype_mark(*t));
+  if (mark != 0) mark_explicit_dtype(out, mark);
 }
 
 Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64_t flops) {
@@ -54,8 +59,8 @@ Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64
     }
   }
   if (p.decision.output && is_floating(out.dtype()) && out.dtype() != *p.decision.output)
-    out = level_cast(out, *p.decision.output);
-  if (p.explicit_dtype) mark_explicit_dtype(out);
+    out = amp_cast(out, *p.decision.output);
+  if (p.explicit_mark != 0) mark_explicit_dtype(out, p.explicit_mark);
   if (op_recording()) {
     OpRecord r{op, current_cell_path(), {}, {}, compute_dtype, out.dtype(), flops,
                !p.in.empty() && p.in[0].defined() && p.in[0].requires_grad()};

@@ -17,16 +17,12 @@ struct Prepared {
   std::vector<Tensor> in;  // inputs after autocast (same order; undefined stay undefined)
   CastDecision decision;
   std::vector<bool> is_param;  // input i was a parameter (a leaf that requires grad)
-  bool explicit_dtype = false; // an input's dtype was chosen by the user: finish() marks the output
+  uint64_t explicit_mark = 0;  // the outermost explicit-dtype mark of the inputs; finish() passes it on
 };
 
 // Applies autocast to the floating inputs (integer/bool inputs and undefined ones pass through),
 // honouring inputs whose dtype the user chose (ops/autocast.h, the explicit-cast rule).
 Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs);
-
-// The cast the level inserts: like ops::cast (weight cache, counters, checks, autograd) but it
-// does not mark the result as the user's choice.
-Tensor level_cast(const Tensor& x, DType dtype);
 
 // Layout ops (views, copies, concat) carry the explicit-dtype mark of their inputs to `out`.
 void carry_explicit_dtype(std::initializer_list<const Tensor*> inputs, const Tensor& out);

@@ -150,7 +150,7 @@ void max_kernel(const Tensor& x, const ReducePlan& p, Tensor* values, Tensor& in
 Tensor max_backward(const Tensor& g, const Tensor& index, const ReducePlan& p, const Shape& x_shape,
                     DType dtype) {
   Tensor gx = zeros(x_shape, {.dtype = dtype, .device = g.device()});
-  const Tensor gc = g.astype(dtype).contiguous();
+  const Tensor gc = amp_cast(g, dtype).contiguous();
   // Strides of the (contiguous) gx for kept and reduced dims.
   const Strides st = contiguous_strides(x_shape);
   Strides kst, rst;

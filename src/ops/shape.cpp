@@ -139,7 +139,9 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
       at += n;
     }
   }
-  for (const Tensor& t : xs) carry_explicit_dtype({&t}, out);
+  uint64_t mark = 0;
+  for (const Tensor& t : xs) mark = outer_explicit_dtype_mark(mark, explicit_dtype_mark(t));
+  if (mark != 0) mark_explicit_dtype(out, mark);
   if (graph::needs_grad(xs)) {
     std::vector<DType> dtypes;
     for (const Tensor& t : xs) dtypes.push_back(t.dtype());
@@ -147,7 +149,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
       std::vector<Tensor> grads;
       int64_t at = 0;
       for (size_t i = 0; i < sizes.size(); ++i) {
-        grads.push_back(slice(g[0], axis, at, at + sizes[i]).astype(dtypes[i]));
+        grads.push_back(amp_cast(slice(g[0], axis, at, at + sizes[i]), dtypes[i]));
         at += sizes[i];
       }
       return grads;
@@ -225,7 +227,7 @@ Tensor convert(const Tensor& x, DType dtype) {
   if (graph::needs_grad({&x})) {
     const DType src = x.dtype();
     record(OpId::cast, {x}, out, [src](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{detail::level_cast(g[0], src)};
+      return std::vector<Tensor>{amp_cast(g[0], src)};
     }, /*accepts_any_grad_dtype=*/true);
   }
   if (op_recording())
@@ -234,9 +236,7 @@ Tensor convert(const Tensor& x, DType dtype) {
 }
 }  // namespace
 
-Tensor detail::level_cast(const Tensor& x, DType dtype) {
-  return x.dtype() == dtype ? x : convert(x, dtype);
-}
+Tensor amp_cast(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x : convert(x, dtype); }
 
 // The user's cast: converts, and marks the result as an explicit dtype choice. Casting to the
 // dtype x already has still marks it, on an alias, so that x's other uses are not affected.

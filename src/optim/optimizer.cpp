@@ -10,6 +10,7 @@
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
 #include "mixprec/graph.h"
+#include "mixprec/ops/ops.h"
 
 namespace mixprec::optim {
 
@@ -79,7 +80,7 @@ void Optimizer::attach_working_copies(CastCache* cache, DType dtype) {
   working_.clear();
   NoGradGuard ng;
   for (const Tensor& p : params_) {
-    Tensor low = p.detach().astype(dtype);
+    Tensor low = ops::amp_cast(p.detach(), dtype);
     working_.push_back(low);
     if (cache_) cache_->store(p, low, /*persistent=*/true);
   }

@@ -86,7 +86,7 @@ std::map<std::string, double> Model::eval(const dataset::Dataset& ds) {
   NoGradGuard ng;
   for (const dataset::Batch& batch : ds.epoch(0)) {
     Tensor logits = network_(batch.image);
-    if (logits.dtype() != DType::f32) logits = logits.astype(DType::f32);
+    logits = ops::amp_cast(logits, DType::f32);
     const Tensor loss = needs_loss ? loss_fn_(logits, batch.label) : Tensor();
     const Tensor mean_loss = loss.defined() && loss.numel() > 1 ? ops::mean(loss) : loss;
     for (auto& [name, m] : options_.metrics) m->update(logits, batch.label, mean_loss);
@@ -103,7 +103,7 @@ Tensor Model::predict(const Tensor& x) {
   NoGradGuard ng;
   Tensor out = network_(x);
   network_.set_train(was_training);
-  return out.dtype() == DType::f32 ? out : out.astype(DType::f32);
+  return ops::amp_cast(out, DType::f32);
 }
 
 }  // namespace mixprec::train

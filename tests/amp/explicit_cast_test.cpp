@@ -175,6 +175,49 @@ TEST(ExplicitCast, CastInTheCallerReachesSubCellsOnlyAtO1) {
   EXPECT_FALSE(any_nan(net(ones({2, 4})))) << "to_float(f32) on the sub-cell is the fix from outside";
 }
 
+// At O1 a value derived from the caller's cast stays the caller's choice after a sub-cell returns
+// it (SimpleNet's ReLU and Flatten are cells): the Dense after them still runs in f32.
+TEST(ExplicitCast, AtO1TheCallersCastSurvivesPassingThroughSubCells) {
+  struct Net : nn::Cell {
+    nn::Dense a{4, 6}, b{6, 3};
+    nn::ReLU relu;
+    Net() {
+      register_cell("a", a);
+      register_cell("relu", relu);
+      register_cell("b", b);
+    }
+    Tensor construct(const Tensor& x) override { return b(relu(a(x).astype(DType::f32))); }
+  } net;
+  amp::auto_mixed_precision(net, "O1", DType::bf16);
+  int seen = 0;
+  for (const OpRecord& r : recorded(net, testing::random({2, 4}, 19, DType::f32))) {
+    if (r.cell_path == "relu") EXPECT_EQ(r.compute_dtype, DType::f32) << "relu";
+    if (r.cell_path == "b" && r.op == OpId::linear) {
+      ++seen;
+      EXPECT_EQ(r.compute_dtype, DType::f32) << "b";
+    }
+  }
+  EXPECT_EQ(seen, 1);
+}
+
+// Ops that bypass autocast (dropout runs in its input dtype) still carry the choice on.
+TEST(ExplicitCast, DropoutKeepsTheChoice) {
+  struct Net : nn::Cell {
+    DType after = DType::f32;
+    Tensor construct(const Tensor& x) override {
+      Generator g(3);
+      const Tensor d = ops::dropout(x.astype(DType::f32), 0.5, /*training=*/true, g);
+      const Tensor y = ops::mul(d, d);
+      after = y.dtype();
+      return y;
+    }
+  } net;
+  amp::auto_mixed_precision(net, "O2", DType::bf16);
+  NoGradGuard ng;
+  (void)net(testing::random({8}, 20, DType::f32));
+  EXPECT_EQ(net.after, DType::f32);
+}
+
 // What a sub-cell returns follows the caller's level again; the caller's own marks still hold.
 TEST(ExplicitCast, TheMarkEndsWhenTheCellReturns) {
   struct Parent : nn::Cell {

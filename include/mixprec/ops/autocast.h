@@ -79,7 +79,8 @@ struct AutocastState {
   DType low = DType::bf16;
   // Set inside a cell with to_float(dtype): every floating input is cast to it (wins over lists).
   std::optional<DType> forced{};
-  // Norms (BatchNorm, LayerNorm) compute in fp32 even at O3 / inside forced-low cells when set.
+  // Norms (BatchNorm, LayerNorm) keep fp32 parameters, statistics and arithmetic (activations
+  // may stay low) when set; to_float (forced) and an explicit cast win over it.
   bool keep_norm_fp32 = false;
   // custom_mixed_precision: per-op policy overrides of the registry defaults.
   std::array<std::optional<AmpPolicy>, kNumOps> policy_override{};
@@ -115,8 +116,9 @@ CastDecision autocast_decision(OpId op, const std::vector<DType>& float_input_dt
 // MindSpore flags recursively. Only at O1/auto (per-op casts, no cell flags) does it reach into
 // sub-cells.
 
-// One cell call (nn::Cell pushes it around construct); `precision_boundary` for cells with an
-// AMP configuration or to_float(). Marks made inside it are honoured only while it is running.
+// One cell call (nn::Cell pushes it around construct); `precision_boundary` for a cell that casts
+// its inputs: one with an AMP configuration or to_float(), and every cell called inside an O2/O3
+// network or a to_float cell. Marks made inside a call are honoured only while it is running.
 class CellCallScope {
  public:
   explicit CellCallScope(bool precision_boundary);
@@ -124,12 +126,18 @@ class CellCallScope {
   CellCallScope(const CellCallScope&) = delete;
   CellCallScope& operator=(const CellCallScope&) = delete;
 };
-// True when `t`'s dtype was chosen explicitly in the current cell call or one of its callers up
-// to the nearest precision boundary.
-bool has_explicit_dtype(const Tensor& t);
-// Marks `t` (its TensorImpl, shared by copies of the handle) as explicit in the current call;
-// a mark that is already honoured here is kept (it may belong to a caller, which must still see it).
-void mark_explicit_dtype(const Tensor& t);
+// The mark of `t` when its dtype was chosen explicitly in the current cell call or one of its
+// callers up to the nearest precision boundary (so the mark is honoured here), else 0.
+uint64_t explicit_dtype_mark(const Tensor& t);
+inline bool has_explicit_dtype(const Tensor& t) { return explicit_dtype_mark(t) != 0; }
+// Of two marks honoured here (or 0), the outermost: the one that lives longest. An op's output
+// takes the outermost mark of its inputs, so a value derived from a caller's cast stays the
+// caller's choice after a sub-cell returns it (this happens only at O1/auto, where the caller's
+// mark reaches into sub-cells), while a cast made inside a sub-cell ends when it returns.
+uint64_t outer_explicit_dtype_mark(uint64_t a, uint64_t b);
+// Marks `t` (its TensorImpl, shared by copies of the handle) with `mark`, by default a new choice
+// made in the current call; a mark that is already honoured here is kept.
+void mark_explicit_dtype(const Tensor& t, uint64_t mark = 0);
 
 // Pushes a state for its lifetime. Nested scopes see the state of the innermost one.
 class AutocastScope {

@@ -129,8 +129,12 @@ Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = std::nullopt);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 Tensor contiguous(const Tensor& x);
-// Cast (astype) between dtypes; the gradient is cast back to x's dtype.
+// Cast (astype) between dtypes; the gradient is cast back to x's dtype. This is the user's cast:
+// AMP honours the chosen dtype in the ops that follow (ops/autocast.h, the explicit-cast rule).
 Tensor cast(const Tensor& x, DType dtype);
+// The same conversion for casts the library itself inserts (AMP's, the loss wrapper's, kernels'):
+// the result is not marked as the user's choice, and x itself is returned when it has `dtype`.
+Tensor amp_cast(const Tensor& x, DType dtype);
 
 // ---------------------------------------------------------------- lookup, regularisation
 // indices: integer tensor of any shape; weight [num_embeddings, dim] -> [..., dim].

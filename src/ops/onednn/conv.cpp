@@ -7,6 +7,7 @@
 // Primitives (or the reason oneDNN refuses) are cached per thread, keyed by shapes, strides,
 // dtypes and geometry; a oneDNN "ref:" choice is declined in favour of our reference kernel.
 #include "conv.h"
+#include "mixprec/ops/ops.h"
 
 #include <optional>
 
@@ -44,7 +45,7 @@ Spec spec_f32(const Tensor& t) {
 Tensor as_f32(const Tensor& t) {
   if (!t.defined()) return t;
   if (t.dim() == 4) return detail::to_image(t, detail::layout_of(t), DType::f32);
-  return t.astype(DType::f32).contiguous();
+  return amp_cast(t, DType::f32).contiguous();
 }
 
 void key_spec(std::string& k, const Spec& s) {

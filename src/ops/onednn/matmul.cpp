@@ -3,6 +3,7 @@
 // row-major / transposed formats. A primitive descriptor that fails to build is cached as a
 // decline reason, so an unsupported shape costs one attempt per thread, not one per call.
 #include "matmul.h"
+#include "mixprec/ops/ops.h"
 
 #include <algorithm>
 #include <vector>
@@ -128,7 +129,7 @@ bool dense(const Tensor& t) {
 // t in f32, keeping its strides when it is dense (one vectorised conversion, no transpose).
 Tensor widen(const Tensor& t) {
   if (!t.defined() || t.dtype() == DType::f32) return t;
-  if (t.numel() == 0 || !dense(t)) return t.detach().astype(DType::f32);
+  if (t.numel() == 0 || !dense(t)) return amp_cast(t.detach(), DType::f32);
   const int64_t n = t.numel();
   auto storage = Storage::allocate(static_cast<size_t>(n) * sizeof(float), t.device());
   convert_row(t.data_ptr(), t.dtype(), storage->data(), DType::f32, n);

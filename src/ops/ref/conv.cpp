@@ -4,6 +4,7 @@
 // loops walk contiguous rows (gathers only when the stride is > 1). Results do not depend on the
 // thread count: each output element is summed by one task in a fixed order.
 #include "conv.h"
+#include "mixprec/ops/ops.h"
 
 #include <algorithm>
 #include <vector>
@@ -56,7 +57,7 @@ void fwd(const detail::ConvFwdProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor xt = dense<C>(p.x), wt = dense<C>(p.w);
-  const Tensor bt = p.b.defined() ? p.b.astype(compute_dtype<C>()).contiguous() : Tensor();
+  const Tensor bt = p.b.defined() ? ops::amp_cast(p.b, compute_dtype<C>()).contiguous() : Tensor();
   const C* x = static_cast<const C*>(xt.data_ptr());
   const C* w = static_cast<const C*>(wt.data_ptr());
   const C* b = bt.defined() ? static_cast<const C*>(bt.data_ptr()) : nullptr;
