@@ -100,6 +100,8 @@ else
   bootstrap
 fi
 
+chmod 755 "$root"  # it is /, 0755 on a real machine (mktemp makes 0700, and tar restores that)
+
 # Proof that nothing beyond minbase is present before the README's commands run: no compiler,
 # no cmake, no oneDNN, no dataset (each one was once hidden by a hand-installed package).
 for p in g++ cmake make ninja-build libdnnl-dev opencl-headers ocl-icd-opencl-dev chromium dataset-fashion-mnist; do
