@@ -5,17 +5,17 @@
 // f16 convolutions give f32 weight and bias gradients).
 #include <span>
 
-#include "conv_direct.h"
-#include "conv_im2col.h"
-#include "conv_problem.h"
-#include "dispatch.h"
-#include "elementwise_kernels.h"
-#include "image_layout.h"
+#include "ops/cpu/conv_direct.h"
+#include "ops/cpu/conv_im2col.h"
+#include "ops/conv_problem.h"
+#include "ops/dispatch.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/layout.h"
 #include "mixprec/version.h"
-#include "op_common.h"
-#include "ref/conv.h"
+#include "ops/op_common.h"
+#include "ops/ref/conv.h"
 #if MIXPREC_WITH_ONEDNN
-#include "onednn/conv.h"
+#include "ops/onednn/conv.h"
 #endif
 
 namespace mixprec::ops {

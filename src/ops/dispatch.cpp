@@ -1,5 +1,5 @@
 // Dispatch support: MIXPREC_VERBOSE, the forced-implementation scope, and the log line format.
-#include "dispatch.h"
+#include "ops/dispatch.h"
 
 #include <algorithm>
 #include <chrono>

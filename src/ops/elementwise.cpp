@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <numbers>
 
-#include "elementwise_kernels.h"
+#include "ops/cpu/elementwise.h"
 
 namespace mixprec::ops {
 using namespace detail;

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "elementwise_kernels.h"
-#include "op_common.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/op_common.h"
 
 namespace mixprec::ops {
 using namespace detail;

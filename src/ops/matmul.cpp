@@ -3,13 +3,13 @@
 // Transposed operands (W^T in linear, b^T and a^T in backward) are strided views, never copies.
 // Accumulation is f32 for f32/f16/bf16 (f64 for f64); linear's weight and bias gradients are
 // produced directly in acc_dtype (f32 for bf16/f16), unrounded, for the fp32 master weights.
-#include "dispatch.h"
+#include "ops/dispatch.h"
 #include "mixprec/version.h"
-#include "op_common.h"
-#include "elementwise_kernels.h"
-#include "ref/matmul.h"
+#include "ops/op_common.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/matmul_problem.h"
 #if MIXPREC_WITH_ONEDNN
-#include "onednn/matmul.h"
+#include "ops/onednn/matmul.h"
 #endif
 
 namespace mixprec::ops {

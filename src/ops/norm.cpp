@@ -3,7 +3,7 @@
 // running-statistics update and the autograd node. Kernels: ops/ref/norm.*, ops/onednn/norm.*.
 // Invariants: arithmetic and statistics in acc_dtype(x) (f32; f64 for f64 x) whatever the
 // dtypes of x and gamma; y and dx keep x's dtype and dense layout; dgamma/dbeta are acc_dtype.
-#include "ops/ref/norm.h"
+#include "ops/norm_problem.h"
 
 #include "mixprec/version.h"
 #include "ops/dispatch.h"

@@ -1,5 +1,5 @@
 // Shared op plumbing: autocast of inputs, output casts, op tracing and node recording.
-#include "op_common.h"
+#include "ops/op_common.h"
 
 #include "mixprec/error.h"
 #include "mixprec/ops/numerics.h"

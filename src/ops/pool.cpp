@@ -6,15 +6,15 @@
 // (and oneDNN's workspace, when oneDNN ran) for the backward.
 #include <span>
 
-#include "dispatch.h"
-#include "image_layout.h"
+#include "ops/dispatch.h"
+#include "ops/layout.h"
 #include "mixprec/version.h"
-#include "op_common.h"
-#include "pool_nhwc.h"
-#include "pool_problem.h"
-#include "ref/pool.h"
+#include "ops/op_common.h"
+#include "ops/cpu/pool_nhwc.h"
+#include "ops/pool_problem.h"
+#include "ops/ref/pool.h"
 #if MIXPREC_WITH_ONEDNN
-#include "onednn/pool.h"
+#include "ops/onednn/pool.h"
 #endif
 
 namespace mixprec::ops {

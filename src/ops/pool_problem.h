@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "image_layout.h"
+#include "ops/layout.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::ops::detail {

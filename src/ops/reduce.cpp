@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "op_common.h"
+#include "ops/op_common.h"
 
 namespace mixprec::ops {
 using namespace detail;

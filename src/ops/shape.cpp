@@ -6,7 +6,7 @@
 
 #include "core/tensor_raw.h"
 #include "mixprec/ops/numerics.h"
-#include "op_common.h"
+#include "ops/op_common.h"
 
 namespace mixprec {
 namespace ops {

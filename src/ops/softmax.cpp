@@ -2,7 +2,7 @@
 // contiguous input, dispatch to oneDNN / f16-via-f32 / reference kernels, and the node (its
 // backward needs only the saved output). Kernels: ops/ref/softmax.*, ops/onednn/softmax.*.
 // Invariant: the max is subtracted first; arithmetic in acc_dtype(x); output in x's dtype.
-#include "ops/ref/softmax.h"
+#include "ops/softmax_problem.h"
 
 #include "mixprec/version.h"
 #include "ops/dispatch.h"

@@ -12,7 +12,7 @@
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
-#include "ops/ref/norm.h"
+#include "ops/norm_problem.h"
 #include "ops/ref/norm_layout.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"

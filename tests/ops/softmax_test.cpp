@@ -10,7 +10,7 @@
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
-#include "ops/ref/softmax.h"
+#include "ops/softmax_problem.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"
 #include "ops/onednn/softmax.h"

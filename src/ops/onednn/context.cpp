@@ -1,5 +1,5 @@
 // oneDNN engine, streams, memory descriptors and the primitive cache (see context.h).
-#include "context.h"
+#include "ops/onednn/context.h"
 
 #include "mixprec/cpu_features.h"
 #include "mixprec/error.h"

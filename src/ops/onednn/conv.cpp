@@ -6,13 +6,13 @@
 // reference kernel for channels-last; the one reorder per call is of the (small) weights.
 // Primitives (or the reason oneDNN refuses) are cached per thread, keyed by shapes, strides,
 // dtypes and geometry; a oneDNN "ref:" choice is declined in favour of our reference kernel.
-#include "conv.h"
+#include "ops/onednn/conv.h"
 #include "mixprec/ops/ops.h"
 
 #include <optional>
 
-#include "../image_layout.h"
-#include "context.h"
+#include "ops/layout.h"
+#include "ops/onednn/context.h"
 #include "core/strided_copy.h"
 
 namespace mixprec::ops::onednn {

@@ -2,14 +2,14 @@
 // of size 1 get the stride a packed layout would give them, so oneDNN recognises plain
 // row-major / transposed formats. A primitive descriptor that fails to build is cached as a
 // decline reason, so an unsupported shape costs one attempt per thread, not one per call.
-#include "matmul.h"
+#include "ops/onednn/matmul.h"
 #include "mixprec/ops/ops.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "mixprec/convert.h"
-#include "context.h"
+#include "ops/onednn/context.h"
 
 namespace mixprec::ops::onednn {
 

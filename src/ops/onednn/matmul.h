@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "ops/ref/matmul.h"
+#include "ops/matmul_problem.h"
 
 namespace mixprec::ops::onednn {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "ops/ref/norm.h"
+#include "ops/norm_problem.h"
 
 namespace mixprec::ops::onednn {
 

@@ -2,9 +2,9 @@
 // layout (all of them are dense in it), so the forward's primitive, which the backward takes as
 // its hint, is found again in the cache by the backward. Primitives and refusals are cached
 // per thread.
-#include "pool.h"
+#include "ops/onednn/pool.h"
 
-#include "context.h"
+#include "ops/onednn/context.h"
 
 namespace mixprec::ops::onednn {
 using detail::PoolBwdProblem;

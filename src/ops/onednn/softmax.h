@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "ops/ref/softmax.h"
+#include "ops/softmax_problem.h"
 
 namespace mixprec::ops::onednn {
 

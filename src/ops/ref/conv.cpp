@@ -3,13 +3,13 @@
 // keep a plane accumulator; backward-weights runs one task per (cout, cin/groups) pair. Inner
 // loops walk contiguous rows (gathers only when the stride is > 1). Results do not depend on the
 // thread count: each output element is summed by one task in a fixed order.
-#include "conv.h"
+#include "ops/ref/conv.h"
 #include "mixprec/ops/ops.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "../image_layout.h"
+#include "ops/layout.h"
 
 namespace mixprec::ops::ref {
 using detail::ConvGeometry;

@@ -4,7 +4,7 @@
 // thread, and is rounded once. Problems and geometry: conv_problem.h.
 #pragma once
 
-#include "../conv_problem.h"
+#include "ops/conv_problem.h"
 
 namespace mixprec::ops::ref {
 

@@ -2,7 +2,7 @@
 // panel [N, K]; each output row then loads its a row and takes N sequential dot products in
 // compute_t, adds the bias, applies relu and rounds once into out. Rows are spread over OpenMP
 // threads; one thread owns each output element, so the result is thread-count independent.
-#include "matmul.h"
+#include "ops/matmul_problem.h"
 
 #include <algorithm>
 #include <vector>

@@ -3,7 +3,7 @@
 // once. Layer norm's statistics are two-pass (mean, then the mean squared deviation); batch
 // norm's are one shifted pass summed in f64 (batch_norm_statistics). Parallel loops give each channel / row /
 // column block to one thread, so results never depend on the thread count.
-#include "ops/ref/norm.h"
+#include "ops/norm_problem.h"
 
 #include <cmath>
 #include <sstream>

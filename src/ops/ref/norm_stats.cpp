@@ -10,7 +10,7 @@
 
 #include "mixprec/cpu_features.h"
 #include "ops/op_common.h"
-#include "ops/ref/norm.h"
+#include "ops/norm_problem.h"
 
 namespace mixprec::ops {
 namespace {

@@ -4,7 +4,7 @@
 // so results do not depend on the thread count. Global average pooling has its own kernels at
 // the end: rows converted in chunks and summed with fixed-width simd reductions (NCHW), or
 // accumulated as channel vectors (channels-last); tensors are dense in their layout there.
-#include "pool.h"
+#include "ops/ref/pool.h"
 
 #include <cmath>
 #include <cstring>

@@ -9,7 +9,7 @@
 // own slot, and the slots are summed in image order, so the result does not depend on threads.
 // The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA) and
 // picked at run time.
-#include "conv_direct.h"
+#include "ops/cpu/conv_direct.h"
 #include "mixprec/ops/ops.h"
 
 #include <algorithm>
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "image_layout.h"
+#include "ops/layout.h"
 #include "mixprec/convert.h"
 #include "mixprec/cpu_features.h"
 #include "mixprec/error.h"

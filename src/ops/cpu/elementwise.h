@@ -12,8 +12,8 @@
 
 #include "mixprec/convert.h"
 #include "mixprec/tensor.h"
-#include "dispatch.h"
-#include "op_common.h"
+#include "ops/dispatch.h"
+#include "ops/op_common.h"
 
 namespace mixprec::ops::detail {
 

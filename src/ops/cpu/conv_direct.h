@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "conv_problem.h"
+#include "ops/conv_problem.h"
 
 namespace mixprec::ops::detail {
 

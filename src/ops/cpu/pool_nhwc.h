@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "pool_problem.h"
+#include "ops/pool_problem.h"
 
 namespace mixprec::ops::detail {
 

@@ -1,5 +1,5 @@
 // NCHW / channels-last detection, allocation and conversion (see image_layout.h).
-#include "image_layout.h"
+#include "ops/layout.h"
 
 #include "core/strided_copy.h"
 

@@ -1,6 +1,6 @@
 // Channels-last max pooling (see pool_nhwc.h). Each output pixel's C channels are contiguous,
 // so the inner loop runs over channels (vectorised); images are split over threads.
-#include "pool_nhwc.h"
+#include "ops/cpu/pool_nhwc.h"
 
 #include <cmath>
 

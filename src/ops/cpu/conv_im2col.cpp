@@ -2,15 +2,15 @@
 // P [N, K, OH*OW]: row (ci, i, j) of image n is a shifted copy of input channel ci (raw elements,
 // no conversion; padding positions are zero), so building it is a series of row copies. Both
 // output layouts are one batched GEMM over it: NCHW y_n = W P_n, channels-last y_n = P_n^T W^T.
-#include "conv_im2col.h"
+#include "ops/cpu/conv_im2col.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "gemm.h"
-#include "image_layout.h"
+#include "ops/gemm.h"
+#include "ops/layout.h"
 #include "mixprec/ops/ops.h"
-#include "ref/matmul.h"
+#include "ops/matmul_problem.h"
 
 namespace mixprec::ops::detail {
 namespace {
