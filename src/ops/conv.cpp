@@ -1,27 +1,16 @@
 // ops::conv2d, forward and backward side by side: option checks and padding (conv_problem.h),
-// the output layout (channels-last in, channels-last out), kernel dispatch (oneDNN, its f16
-// emulation, then the reference), and the backward: the fused ReLU's mask first, then
-// backward-data for x and backward-weights for w and b (gradients in acc_dtype, so bf16 and
-// f16 convolutions give f32 weight and bias gradients).
-#include <span>
-
-#include "ops/cpu/conv_direct.h"
-#include "ops/cpu/conv_im2col.h"
+// the output layout (channels-last in, channels-last out), kernel dispatch, and the backward:
+// the fused ReLU's mask first, then backward-data for x and backward-weights for w and b
+// (gradients in acc_dtype, so bf16 and f16 convolutions give f32 weight and bias gradients).
 #include "ops/conv_problem.h"
-#include "ops/dispatch.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/dispatch.h"
 #include "ops/layout.h"
-#include "mixprec/version.h"
 #include "ops/op_common.h"
-#include "ops/ref/conv.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/conv.h"
-#endif
 
 namespace mixprec::ops {
 using namespace detail;
 
-namespace detail {
 
 std::string ConvGeometry::str() const {
   return "k" + std::to_string(kh) + "x" + std::to_string(kw) + " s" + std::to_string(stride_h) +
@@ -99,37 +88,7 @@ std::string ConvBwdWeightsProblem::describe() const {
          " " + g.str();
 }
 
-}  // namespace detail
-
 namespace {
-
-constexpr auto cpu = Device::Type::cpu;
-const Impl<ConvFwdProblem> kFwd[] = {
-    {"direct_c1", cpu, direct_c1_fwd_declines, direct_c1_fwd},
-    {"im2col_gemm", cpu, im2col_fwd_declines, im2col_fwd},
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", cpu, onednn::conv_fwd_declines, onednn::conv_fwd},
-    {"f16_via_f32", cpu, onednn::conv_fwd_f16_declines, onednn::conv_fwd_f16},
-#endif
-    {"ref", cpu, accept_all<ConvFwdProblem>, ref::conv_fwd},
-};
-const Impl<ConvBwdDataProblem> kBwdData[] = {
-    {"im2col_gemm", cpu, im2col_bwd_data_declines, im2col_bwd_data},
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", cpu, onednn::conv_bwd_data_declines, onednn::conv_bwd_data},
-    {"f16_via_f32", cpu, onednn::conv_bwd_data_f16_declines, onednn::conv_bwd_data_f16},
-#endif
-    {"ref", cpu, accept_all<ConvBwdDataProblem>, ref::conv_bwd_data},
-};
-const Impl<ConvBwdWeightsProblem> kBwdWeights[] = {
-    {"direct_c1", cpu, direct_c1_bwd_weights_declines, direct_c1_bwd_weights},
-    {"im2col_gemm", cpu, im2col_bwd_weights_declines, im2col_bwd_weights},
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", cpu, onednn::conv_bwd_weights_declines, onednn::conv_bwd_weights},
-    {"f16_via_f32", cpu, onednn::conv_bwd_weights_f16_declines, onednn::conv_bwd_weights_f16},
-#endif
-    {"ref", cpu, accept_all<ConvBwdWeightsProblem>, ref::conv_bwd_weights},
-};
 
 // The fused ReLU's backward, in y's layout (dy is brought to it first).
 Tensor relu_mask(const Tensor& g, const Tensor& y, ImageLayout layout) {
@@ -155,7 +114,7 @@ std::vector<Tensor> conv2d_backward(const Tensor& grad, const ConvSaved& s) {
     ConvBwdDataProblem p{
         dy, s.w.unpack(op),
         empty_image({s.g.n, s.g.cin, s.g.h, s.g.w}, s.dtype, s.layout, dy.device()), s.g};
-    dispatch(OpId::conv2d, "backward_data", std::span<const Impl<ConvBwdDataProblem>>(kBwdData), p);
+    dispatch(OpId::conv2d, "backward_data", p);
     out[0] = p.dx;
   }
   if (s.gw || s.gb) {
@@ -165,8 +124,7 @@ std::vector<Tensor> conv2d_backward(const Tensor& grad, const ConvSaved& s) {
         s.gw ? Tensor::empty({s.g.cout, s.g.cin_g(), s.g.kh, s.g.kw}, acc) : Tensor(),
         s.gb ? Tensor::empty({s.g.cout}, acc) : Tensor(), s.g};
     if (!p.x.defined()) p.x = dy;  // bias only: the kernels read x's dtype; its data is unused
-    dispatch(OpId::conv2d, "backward_weights",
-             std::span<const Impl<ConvBwdWeightsProblem>>(kBwdWeights), p);
+    dispatch(OpId::conv2d, "backward_weights", p);
     out[1] = p.dw;
     out[2] = p.db;
   }
@@ -202,7 +160,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
                    empty_image(g.out_shape(), dt, layout, x.device()),
                    g,
                    o.activation == Activation::relu};
-  dispatch(OpId::conv2d, "forward", std::span<const Impl<ConvFwdProblem>>(kFwd), p);
+  dispatch(OpId::conv2d, "forward", p);
   Tensor y = p.y;
   if (graph::needs_grad({&x, &w, &b})) {
     auto s = std::make_shared<ConvSaved>();

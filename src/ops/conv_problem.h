@@ -1,15 +1,17 @@
-// The 2-D convolution problem shared by the op wrapper (conv.cpp) and its kernels (ref/conv,
-// onednn/conv): resolved geometry (padding made explicit for every PadMode) and the three
-// problems (forward, backward-data, backward-weights) with their preallocated outputs.
+// The conv2d family's problems (ops/conv.cpp): resolved geometry (padding made explicit for
+// every PadMode) and the three problems (forward, backward-data, backward-weights) with their
+// preallocated outputs. Kernels: ref::conv_* (the oracle), cpu::conv_direct_c1_* and
+// cpu::conv_im2col_*, onednn::conv_* and low_via_f32 around them.
 // Invariants: x, w, b (and dy) share one dtype; x, y, dy and dx are NCHW or channels-last
-// (image_layout.h); dw and db are row-major in acc_dtype(x.dtype()).
+// (ops/layout.h); dw and db are row-major in acc_dtype(x.dtype()).
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "mixprec/ops/ops.h"
 
-namespace mixprec::ops::detail {
+namespace mixprec::ops {
 
 struct ConvGeometry {
   int64_t n = 0, cin = 0, h = 0, w = 0;  // input
@@ -35,6 +37,10 @@ struct ConvFwdProblem {
   bool relu = false;
   Device device() const { return x.device(); }
   std::string describe() const;
+  static constexpr auto inputs() {
+    return std::array{&ConvFwdProblem::x, &ConvFwdProblem::w, &ConvFwdProblem::b};
+  }
+  static constexpr auto outputs() { return std::array{&ConvFwdProblem::y}; }
 };
 
 struct ConvBwdDataProblem {
@@ -43,6 +49,10 @@ struct ConvBwdDataProblem {
   ConvGeometry g;
   Device device() const { return dy.device(); }
   std::string describe() const;
+  static constexpr auto inputs() {
+    return std::array{&ConvBwdDataProblem::dy, &ConvBwdDataProblem::w};
+  }
+  static constexpr auto outputs() { return std::array{&ConvBwdDataProblem::dx}; }
 };
 
 struct ConvBwdWeightsProblem {
@@ -51,6 +61,12 @@ struct ConvBwdWeightsProblem {
   ConvGeometry g;
   Device device() const { return x.device(); }
   std::string describe() const;
+  static constexpr auto inputs() {
+    return std::array{&ConvBwdWeightsProblem::x, &ConvBwdWeightsProblem::dy};
+  }
+  static constexpr auto outputs() {
+    return std::array{&ConvBwdWeightsProblem::dw, &ConvBwdWeightsProblem::db};
+  }
 };
 
-}  // namespace mixprec::ops::detail
+}  // namespace mixprec::ops

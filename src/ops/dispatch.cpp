@@ -1,17 +1,54 @@
-// Dispatch support: MIXPREC_VERBOSE, the forced-implementation scope, and the log line format.
+// Dispatch support: the kernel lists' storage and their one-time registration, MIXPREC_VERBOSE,
+// the forced-implementation scope, the log line format and MIXPREC_PROFILE's table.
 #include "ops/dispatch.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
+#include <typeindex>
+#include <unordered_map>
 #include <vector>
 
 namespace mixprec::ops {
 namespace {
 thread_local std::string_view t_forced;
+}
+
+namespace detail {
+// Keyed by the problem's type: one list per type even when a test binary or a benchmark
+// instantiates kernel_list<P>() in its own module. The lists live as long as the process.
+void* kernel_list_storage(const std::type_info& problem, void* (*make)()) {
+  static std::mutex mu;
+  static auto* lists = new std::unordered_map<std::type_index, void*>();
+  std::lock_guard<std::mutex> lock(mu);
+  void*& slot = (*lists)[std::type_index(problem)];
+  if (!slot) slot = make();
+  return slot;
+}
+}  // namespace detail
+
+void ensure_registered() {
+  static std::once_flag once;
+  std::call_once(once, register_backends);
+}
+
+std::string desc(const Tensor& t) {
+  if (!t.defined()) return "none";
+  return std::string(dtype_name(t.dtype())) + shape_str(t.shape());
+}
+
+std::string desc_with_strides(const Tensor& t) {
+  if (!t.defined()) return "none";
+  std::string s = desc(t) + "{";
+  for (size_t i = 0; i < t.strides().size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(t.strides()[i]);
+  }
+  return s + '}';
 }
 
 int verbose_level() {

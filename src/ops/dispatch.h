@@ -1,37 +1,73 @@
-// Kernel dispatch: each op family keeps an ordered list of implementations per device (the
-// oneDNN one first, the reference last). The first that accepts the problem runs; each that
+// Kernel dispatch: every problem type (ops/<family>_problem.h) has one ordered list of kernels,
+// filled by the backends (ops/<backend>/register.cpp, in the build's backend order, see
+// register_backends). The first kernel on the problem's device that accepts it runs; each that
 // declines says why. MIXPREC_VERBOSE=1 prints every choice with the reasons of the decliners;
-// ForceImpl("ref") makes every op take the named implementation (tests compare fast vs ref).
+// ForceImpl("ref") makes every op take the named kernel (tests compare fast vs ref).
+// A problem type provides: Device device() const; std::string describe() const (one line for
+// logs and errors); for low_via_f32, static inputs() / outputs() (ops/low_via_f32.h).
 #pragma once
 
 #include <cstdio>
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeinfo>
+#include <vector>
 
 #include "mixprec/device.h"
 #include "mixprec/error.h"
 #include "mixprec/ops/registry.h"
+#include "mixprec/tensor.h"
 
 namespace mixprec::ops {
 
-// A problem type provides: Device device() const; std::string describe() const.
+// One kernel for a problem type.
 template <class Problem>
 struct Impl {
-  std::string_view name;
+  std::string_view name;  // what MIXPREC_VERBOSE prints and ForceImpl names
   Device::Type device;
   // Empty string: accepts. Otherwise the reason it declines.
   std::string (*declines)(const Problem&);
   void (*run)(const Problem&);
 };
 
-int verbose_level();  // MIXPREC_VERBOSE, read once
-
-// `declines` for an implementation that takes every problem (the reference kernels).
+// `declines` for a kernel that takes every problem (the reference kernels).
 template <class Problem>
 std::string accept_all(const Problem&) {
   return {};
 }
+
+namespace detail {
+// The registry's storage: one list per problem type, shared by every module of the process.
+void* kernel_list_storage(const std::type_info& problem, void* (*make)());
+template <class Problem>
+std::vector<Impl<Problem>>& kernel_list() {
+  static auto* const list = static_cast<std::vector<Impl<Problem>>*>(kernel_list_storage(
+      typeid(Problem), []() -> void* { return new std::vector<Impl<Problem>>(); }));
+  return *list;
+}
+}  // namespace detail
+
+// Appends a kernel to its problem type's list. Called only from the backends' registration
+// functions, which register_backends runs once, before the first dispatch.
+template <class Problem>
+void register_kernel(const Impl<Problem>& impl) {
+  detail::kernel_list<Problem>().push_back(impl);
+}
+
+// Calls each backend's register_<backend>_kernels() in the build's order (src/CMakeLists.txt,
+// MIXPREC_OPS_BACKENDS); generated from ops/backends.cpp.in. Runs once (ensure_registered).
+void register_backends();
+void ensure_registered();
+
+// The kernels for Problem in dispatch order.
+template <class Problem>
+std::span<const Impl<Problem>> kernels() {
+  ensure_registered();
+  return detail::kernel_list<Problem>();
+}
+
+int verbose_level();  // MIXPREC_VERBOSE, read once
 
 // Forces the implementation named `name` for every op on this thread while alive.
 class ForceImpl {
@@ -51,16 +87,21 @@ void log_dispatch(OpId op, std::string_view phase, std::string_view chosen,
 
 // MIXPREC_PROFILE=1: time spent per (op, phase, implementation), printed at exit.
 bool profiling();
-void profile_add(std::string_view op, std::string_view phase, std::string_view impl, double seconds);
+void profile_add(std::string_view op, std::string_view phase, std::string_view impl,
+                 double seconds);
 double profile_now();
 
+// "bf16[2, 3]" for problem descriptions, logs and errors; with_strides adds "{3,1}".
+std::string desc(const Tensor& t);
+std::string desc_with_strides(const Tensor& t);
+
+// Runs the first kernel registered for Problem that accepts p (see the top of this file).
 template <class Problem>
-void dispatch(OpId op, std::string_view phase, std::span<const Impl<Problem>> impls,
-              const Problem& p) {
+void dispatch(OpId op, std::string_view phase, const Problem& p) {
   const std::string_view forced = forced_impl();
   const bool verbose = verbose_level() > 0;
   std::string declined;
-  for (const Impl<Problem>& impl : impls) {
+  for (const Impl<Problem>& impl : kernels<Problem>()) {
     std::string reason;
     if (impl.device != p.device().type) reason = "wrong device";
     else if (!forced.empty() && impl.name != forced) reason = "not the forced implementation";
@@ -76,10 +117,11 @@ void dispatch(OpId op, std::string_view phase, std::span<const Impl<Problem>> im
       }
       return;
     }
-    if (verbose) declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " + reason;
+    if (verbose)
+      declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " + reason;
   }
-  MIXPREC_CHECK(false, op_name(op), " ", phase, ": no implementation accepts ", p.describe(),
-                " (", declined.empty() ? std::string("none registered") : declined, ")");
+  MIXPREC_CHECK(false, op_name(op), " ", phase, ": no implementation accepts ", p.describe(), " (",
+                declined.empty() ? std::string("none registered") : declined, ")");
 }
 
 }  // namespace mixprec::ops

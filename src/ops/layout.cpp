@@ -1,4 +1,4 @@
-// NCHW / channels-last detection, allocation and conversion (see image_layout.h).
+// NCHW / channels-last detection, allocation and conversion (see layout.h).
 #include "ops/layout.h"
 
 #include "core/strided_copy.h"

@@ -1,9 +1,14 @@
-// Image layouts for convolution and pooling: an [N, C, H, W] tensor is either NCHW (row-major)
-// or channels-last (NHWC strides for the NCHW shape). These helpers detect the layout, allocate
-// outputs in it, and convert tensors into it (a copy only when the layout or dtype differs).
-// Rule: a tensor is channels-last when its strides are not exactly row-major and match NHWC
-// order (size-1 dims ignored); so [N, 1, H, W] is channels-last only if built that way.
+// Memory layouts the ops and their kernels share (no autograd node, no op trace, any device).
+// Images: an [N, C, H, W] tensor is either NCHW (row-major) or channels-last (NHWC strides for
+// the NCHW shape); these helpers detect the layout, allocate outputs in it, and convert tensors
+// into it (a copy only when the layout or dtype differs). Rule: a tensor is channels-last when
+// its strides are not exactly row-major and match NHWC order (size-1 dims ignored); so
+// [N, 1, H, W] is channels-last only if built that way. Dense tensors: packed copies and outputs
+// that keep a dense input's memory order, so oneDNN reads and writes them without reorders.
 #pragma once
+
+#include <algorithm>
+#include <numeric>
 
 #include "mixprec/tensor.h"
 
@@ -28,6 +33,54 @@ Tensor empty_image(const Shape& nchw, DType dtype, ImageLayout layout,
 Tensor to_image(const Tensor& x, ImageLayout layout, DType dtype);
 inline Tensor to_image(const Tensor& x, ImageLayout layout) {
   return to_image(x, layout, x.dtype());
+}
+
+// ---------------------------------------------------------------- dense tensors
+// t (detached) as a contiguous tensor of dtype `dt`; t itself when it already is one.
+inline Tensor packed(const Tensor& t, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous()) return t.detach();
+  Tensor out = Tensor::empty(t.shape(), {.dtype = dt, .device = t.device()});
+  out.copy_(t.detach());
+  return out;
+}
+
+// The strides of a dense tensor with t's shape and t's memory order (dims sorted by stride,
+// outermost first); contiguous strides when t's strides overlap or leave gaps.
+inline Strides dense_strides_like(const Tensor& t) {
+  const Shape& s = t.shape();
+  const Strides& st = t.strides();
+  const size_t nd = s.size();
+  std::vector<size_t> order(nd);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return st[a] > st[b]; });
+  Strides out(nd, 1);
+  int64_t expected = 1;
+  bool dense = true;
+  for (size_t k = nd; k-- > 0;) {
+    const size_t d = order[k];
+    out[d] = expected;
+    if (s[d] != 1 && st[d] != expected) dense = false;
+    expected *= s[d];
+  }
+  return dense ? out : contiguous_strides(s);
+}
+
+// An uninitialised tensor of `shape` with the given dense strides.
+inline Tensor empty_strided(const Shape& shape, const Strides& strides, DType dt, Device dev) {
+  const int64_t n = shape_numel(shape);
+  auto storage = Storage::allocate(static_cast<size_t>(n) * dtype_size(dt), dev);
+  return Tensor::from_storage(std::move(storage), shape, strides, 0, dt);
+}
+
+// t (detached) with exactly `strides` (a dense layout), copying only when it differs.
+inline Tensor with_strides(const Tensor& t, const Strides& strides) {
+  bool same = true;
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (t.shape()[d] != 1 && t.strides()[d] != strides[d]) same = false;
+  if (same) return t.detach();
+  Tensor out = empty_strided(t.shape(), strides, t.dtype(), t.device());
+  out.copy_(t.detach());
+  return out;
 }
 
 }  // namespace mixprec::ops::detail

@@ -6,7 +6,7 @@
 #include "ops/ref/loss.h"
 
 #include "ops/op_common.h"
-#include "ops/ref/norm_layout.h"
+#include "ops/layout.h"
 
 namespace mixprec::ops {
 using namespace detail;

@@ -1,30 +1,22 @@
 // matmul and linear, forward and backward side by side. Both reduce to MatmulProblem
-// (ref/matmul.h) and dispatch it: oneDNN (f32, bf16), f16_via_f32, then the reference.
+// (matmul_problem.h) and dispatch it; gemm_into is the same dispatch for other kernels.
 // Transposed operands (W^T in linear, b^T and a^T in backward) are strided views, never copies.
 // Accumulation is f32 for f32/f16/bf16 (f64 for f64); linear's weight and bias gradients are
 // produced directly in acc_dtype (f32 for bf16/f16), unrounded, for the fp32 master weights.
-#include "ops/dispatch.h"
-#include "mixprec/version.h"
-#include "ops/op_common.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/dispatch.h"
 #include "ops/matmul_problem.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/matmul.h"
-#endif
+#include "ops/op_common.h"
 
 namespace mixprec::ops {
 using namespace detail;
 
-namespace {
+std::string MatmulProblem::describe() const {
+  return desc_with_strides(a) + " x " + desc_with_strides(b) + (bias.defined() ? " + " + desc_with_strides(bias) : "") +
+         " -> " + desc_with_strides(out) + (relu ? " relu" : "");
+}
 
-constexpr Impl<MatmulProblem> kMatmulImpls[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", Device::Type::cpu, onednn::matmul_declines, onednn::matmul_run},
-    {"f16_via_f32", Device::Type::cpu, onednn::matmul_f16_via_f32_declines,
-     onednn::matmul_f16_via_f32_run},
-#endif
-    {"ref", Device::Type::cpu, accept_all<MatmulProblem>, matmul_ref},
-};
+namespace {
 
 // A matrix operand every implementation takes: one of the two matrix dims has unit stride and
 // the other steps over it (row- or column-major), batch dims have positive strides. Anything
@@ -50,7 +42,7 @@ Tensor run_matmul(OpId op, std::string_view phase, const Tensor& a, const Tensor
   out_shape[nd - 2] = a.shape()[nd - 2];
   out_shape[nd - 1] = b.shape()[nd - 1];
   MatmulProblem p{as_operand(a), as_operand(b), bias, Tensor::empty(out_shape, {.dtype = out_dtype, .device = a.device()}), relu};
-  dispatch<MatmulProblem>(op, phase, kMatmulImpls, p);
+  dispatch(op, phase, p);
   return p.out;
 }
 
@@ -237,15 +229,12 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
   return finish(OpId::linear, p, y, dt, 2 * y.numel() * w.size(-1));
 }
 
-namespace detail {
-
 void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b, const Tensor& bias, bool relu,
                const Tensor& out) {
   MatmulProblem p{as_operand(a), as_operand(b), bias, out, relu};
   // The GEMM inside another kernel takes the best implementation, whatever the caller forced.
   ForceImpl unforced("");
-  dispatch<MatmulProblem>(op, phase, kMatmulImpls, p);
+  dispatch(op, phase, p);
 }
 
-}  // namespace detail
 }  // namespace mixprec::ops

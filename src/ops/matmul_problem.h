@@ -1,16 +1,20 @@
-// The matmul problem that matmul and linear dispatch (src/ops/matmul.cpp), and its reference
-// kernels: plain loops for every float dtype, accumulating in compute_t (f32 for f32/f16/bf16,
-// f64 for f64), rounding each output once. They are the test oracle for the oneDNN kernels.
+// The matmul family's problem (ops matmul and linear, ops/matmul.cpp) and its GEMM helpers for
+// other kernels. Kernels: ref::matmul (the oracle: one sequential f32 accumulation per output,
+// f64 for f64), onednn::matmul, and low_via_f32 around it.
 // Invariants: a, b and out have the same rank (>= 2); a's and b's batch dims equal out's or are
 // 1 (broadcast); out is contiguous and freshly allocated; a and b share one dtype.
 #pragma once
 
+#include <array>
 #include <string>
+#include <string_view>
 
+#include "mixprec/ops/registry.h"
 #include "mixprec/tensor.h"
 
 namespace mixprec::ops {
 
+// out = relu?(a @ b + bias), rounded once into out's dtype.
 struct MatmulProblem {
   Tensor a;     // [..., M, K], any strides
   Tensor b;     // [..., K, N], any strides
@@ -19,14 +23,27 @@ struct MatmulProblem {
   bool relu = false;  // applied after the bias, before the one rounding
   Device device() const { return out.device(); }
   std::string describe() const;
+  static constexpr auto inputs() {
+    return std::array{&MatmulProblem::a, &MatmulProblem::b, &MatmulProblem::bias};
+  }
+  static constexpr auto outputs() { return std::array{&MatmulProblem::out}; }
 };
 
-// out = relu?(a @ b + bias) with one sequential accumulation per output element, so results
-// do not depend on the thread count. Threads split the rows.
-void matmul_ref(const MatmulProblem& p);
+// ---------------------------------------------------------------- GEMM helpers for kernels
+// The one place kernels built on GEMM (cpu/conv_im2col.cpp) and the ops get a GEMM or a column
+// sum; nothing calls a matmul kernel directly.
+
+// out = relu?(a @ b + bias) through dispatch (the matmul kernels in registration order, logged
+// as `op` `phase`), whatever implementation the caller forced. a and b may be strided views;
+// out must be a contiguous 2-D (or batched) tensor, possibly wider than a and b (f32 from
+// bf16). Defined in ops/matmul.cpp.
+void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b,
+               const Tensor& bias, bool relu, const Tensor& out);
 
 // out[c] = sum over rows r of g[r, c] for a 2-D g of any strides; out is a contiguous [C]
-// tensor of any floating dtype. Accumulates in compute_t of g's dtype, rows in order.
+// tensor of any floating dtype (the bias gradient, unrounded in f32 for 16-bit g). Accumulates
+// in compute_t of g's dtype, rows in order, so results do not depend on the thread count.
+// CPU only; defined in ops/ref/matmul.cpp.
 void sum_rows(const Tensor& g, Tensor& out);
 
 }  // namespace mixprec::ops

@@ -1,58 +1,36 @@
 // batch_norm and layer_norm, forward and backward side by side: autocast ({x, gamma, beta}
-// only), shape checks, layouts, dispatch to oneDNN / f16-via-f32 / reference kernels, the
-// running-statistics update and the autograd node. Kernels: ops/ref/norm.*, ops/onednn/norm.*.
+// only), shape checks, layouts, kernel dispatch, the running-statistics update and the autograd
+// node. Problems and the kernels that take them: norm_problem.h.
 // Invariants: arithmetic and statistics in acc_dtype(x) (f32; f64 for f64 x) whatever the
 // dtypes of x and gamma; y and dx keep x's dtype and dense layout; dgamma/dbeta are acc_dtype.
-#include "ops/norm_problem.h"
+#include <sstream>
 
-#include "mixprec/version.h"
 #include "ops/dispatch.h"
+#include "ops/layout.h"
+#include "ops/norm_problem.h"
 #include "ops/op_common.h"
-#include "ops/ref/norm_layout.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/norm.h"
-#endif
 
 namespace mixprec::ops {
 using namespace detail;
 
 namespace {
-
-constexpr Device::Type kCpu = Device::Type::cpu;
-
-const Impl<BatchNormForward> kBatchNormForward[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", kCpu, onednn::batch_norm_forward_declines, onednn::batch_norm_forward},
-    {"f16_via_f32", kCpu, onednn::batch_norm_forward_f16_declines, onednn::batch_norm_forward_f16},
-#endif
-    {"ref", kCpu, accept_all<BatchNormForward>, ref::batch_norm_forward},
-};
-const Impl<BatchNormBackward> kBatchNormBackward[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", kCpu, onednn::batch_norm_backward_declines, onednn::batch_norm_backward},
-    {"f16_via_f32", kCpu, onednn::batch_norm_backward_f16_declines, onednn::batch_norm_backward_f16},
-#endif
-    {"ref", kCpu, accept_all<BatchNormBackward>, ref::batch_norm_backward},
-};
-const Impl<LayerNormForward> kLayerNormForward[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", kCpu, onednn::layer_norm_forward_declines, onednn::layer_norm_forward},
-    {"f16_via_f32", kCpu, onednn::layer_norm_forward_f16_declines, onednn::layer_norm_forward_f16},
-#endif
-    {"ref", kCpu, accept_all<LayerNormForward>, ref::layer_norm_forward},
-};
-const Impl<LayerNormBackward> kLayerNormBackward[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", kCpu, onednn::layer_norm_backward_declines, onednn::layer_norm_backward},
-    {"f16_via_f32", kCpu, onednn::layer_norm_backward_f16_declines, onednn::layer_norm_backward_f16},
-#endif
-    {"ref", kCpu, accept_all<LayerNormBackward>, ref::layer_norm_backward},
-};
-
-template <class P, size_t N>
-void run(OpId op, std::string_view phase, const Impl<P> (&impls)[N], const P& p) {
-  dispatch(op, phase, std::span<const Impl<P>>(impls, N), p);
+std::string describe_common(const Tensor& x, const char* mode, double eps) {
+  std::ostringstream s;
+  s << "x " << desc(x) << " strides " << shape_str(x.strides()) << mode << " eps=" << eps;
+  return s.str();
 }
+}  // namespace
+
+std::string BatchNormFwdProblem::describe() const {
+  return describe_common(x, training ? " training" : " eval", eps);
+}
+std::string BatchNormBwdProblem::describe() const {
+  return describe_common(x, training ? " training" : " eval", eps);
+}
+std::string LayerNormFwdProblem::describe() const { return describe_common(x, "", eps); }
+std::string LayerNormBwdProblem::describe() const { return describe_common(x, "", eps); }
+
+namespace {
 
 // gamma / beta as packed compute-dtype tensors of `shape`; ones / zeros when undefined.
 Tensor param(std::string_view op, const Tensor& t, const Shape& shape, double fill, DType cd,
@@ -98,7 +76,7 @@ struct BatchNormSaved {
 
 std::vector<Tensor> batch_norm_backward(const BatchNormSaved& s, const Tensor& g) {
   const Tensor x = s.x.unpack("batch_norm");
-  BatchNormBackward b{.x = x,
+  BatchNormBwdProblem b{.x = x,
                       .dy = with_strides(g.dtype() == x.dtype() ? g : packed(g, x.dtype()), x.strides()),
                       .gamma = s.gamma.unpack("batch_norm"),
                       .mean = s.mean.unpack("batch_norm"),
@@ -108,7 +86,7 @@ std::vector<Tensor> batch_norm_backward(const BatchNormSaved& s, const Tensor& g
                       .dbeta = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
                       .training = s.training,
                       .eps = s.eps};
-  run(OpId::batch_norm, "backward", kBatchNormBackward, b);
+  dispatch(OpId::batch_norm, "backward", b);
   return {b.dx, b.dgamma, b.dbeta};
 }
 
@@ -140,7 +118,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, T
     check_running(running_var, channels, x, "running_var");
   }
   if (!is_dense(x)) x = contiguous(x);
-  BatchNormForward f{.x = x,
+  BatchNormFwdProblem f{.x = x,
                      .gamma = param("batch_norm", gamma, {channels}, 1.0, cd, x, "gamma"),
                      .beta = param("batch_norm", beta, {channels}, 0.0, cd, x, "beta"),
                      .mean = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
@@ -152,7 +130,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, T
     f.mean.copy_(running_mean.detach());
     f.var.copy_(running_var.detach());
   }
-  run(OpId::batch_norm, "forward", kBatchNormForward, f);
+  dispatch(OpId::batch_norm, "forward", f);
   if (o.training) {
     if (running_mean.defined()) update_running(running_mean, f.mean, o.momentum, 1.0);
     const double unbias = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
@@ -185,21 +163,21 @@ Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
   const int64_t rows = m ? x.numel() / m : 0;
   const DType cd = acc_dtype(x.dtype());
   const Device dev = x.device();
-  LayerNormForward f{.x = x.detach().reshape({rows, m}),
+  LayerNormFwdProblem f{.x = x.detach().reshape({rows, m}),
                      .gamma = param("layer_norm", gamma, trailing, 1.0, cd, x, "gamma").reshape({m}),
                      .beta = param("layer_norm", beta, trailing, 0.0, cd, x, "beta").reshape({m}),
                      .y = Tensor::empty({rows, m}, {.dtype = x.dtype(), .device = dev}),
                      .mean = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
                      .var = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
                      .eps = eps};
-  run(OpId::layer_norm, "forward", kLayerNormForward, f);
+  dispatch(OpId::layer_norm, "forward", f);
   Tensor y = f.y.reshape(x.shape());
   if (graph::needs_grad({&x, &gamma, &beta})) {
     SavedTensor sx(f.x), sg(f.gamma), sm(f.mean), sv(f.var);
     const Shape x_shape = x.shape();
     record(OpId::layer_norm, {x, gamma, beta}, y, [=](const std::vector<Tensor>& g) {
       const Tensor xs = sx.unpack("layer_norm");
-      LayerNormBackward b{.x = xs,
+      LayerNormBwdProblem b{.x = xs,
                           .dy = packed(g[0], xs.dtype()).reshape({rows, m}),
                           .gamma = sg.unpack("layer_norm"),
                           .mean = sm.unpack("layer_norm"),
@@ -208,7 +186,7 @@ Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
                           .dgamma = Tensor::empty({m}, {.dtype = cd, .device = dev}),
                           .dbeta = Tensor::empty({m}, {.dtype = cd, .device = dev}),
                           .eps = eps};
-      run(OpId::layer_norm, "backward", kLayerNormBackward, b);
+      dispatch(OpId::layer_norm, "backward", b);
       return std::vector<Tensor>{b.dx.reshape(x_shape), b.dgamma.reshape(trailing),
                                  b.dbeta.reshape(trailing)};
     });

@@ -129,11 +129,6 @@ Tensor reduce_to_shape(const Tensor& grad, const Shape& shape) {
   return reshape(g, shape);
 }
 
-std::string desc(const Tensor& t) {
-  if (!t.defined()) return "none";
-  return std::string(dtype_name(t.dtype())) + shape_str(t.shape());
-}
-
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {

@@ -10,6 +10,7 @@
 #include "mixprec/graph.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
+#include "ops/dispatch.h"
 
 namespace mixprec::ops::detail {
 
@@ -43,8 +44,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
 // Sums `grad` over the broadcast dims so that it has `shape` (the reverse of broadcasting).
 Tensor reduce_to_shape(const Tensor& grad, const Shape& shape);
 
-// "bf16[2, 3]" for verbose logs and errors.
-std::string desc(const Tensor& t);
 void check_same_device(std::string_view op, std::initializer_list<const Tensor*> ts);
 void check_floating(std::string_view op, const Tensor& t, std::string_view what);
 

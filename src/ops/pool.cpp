@@ -1,26 +1,18 @@
 // ops::max_pool2d, avg_pool2d and adaptive_avg_pool2d, forward and backward side by side:
 // geometry (PyTorch's output-size rule, ceil_mode, count_include_pad, adaptive bins), output
-// layout (channels-last in, channels-last out), kernel dispatch (global average pooling's own
-// kernel, oneDNN, then the reference)
-// and the backward. AMP policy keep: they run in the input dtype. Max pooling keeps its input
-// (and oneDNN's workspace, when oneDNN ran) for the backward.
-#include <span>
+// layout (channels-last in, channels-last out), kernel dispatch and the backward. AMP policy
+// keep: they run in the input dtype. Max pooling keeps its input (and the kernel's workspace,
+// when the kernel that ran left one) for the backward.
+#include <functional>
 
 #include "ops/dispatch.h"
 #include "ops/layout.h"
-#include "mixprec/version.h"
 #include "ops/op_common.h"
-#include "ops/cpu/pool_nhwc.h"
 #include "ops/pool_problem.h"
-#include "ops/ref/pool.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/pool.h"
-#endif
 
 namespace mixprec::ops {
 using namespace detail;
 
-namespace detail {
 
 std::string PoolGeometry::str() const {
   if (adaptive) return "adaptive " + std::to_string(oh) + "x" + std::to_string(ow);
@@ -91,27 +83,7 @@ std::string PoolBwdProblem::describe() const {
   return "dy " + desc(dy) + (g.layout == ImageLayout::nhwc ? " nhwc " : " ") + g.str();
 }
 
-}  // namespace detail
-
 namespace {
-
-constexpr auto cpu = Device::Type::cpu;
-const Impl<PoolFwdProblem> kFwd[] = {
-    {"global_avg", cpu, ref::global_avg_declines, ref::global_avg_fwd},
-    {"nhwc_max", cpu, nhwc_max_fwd_declines, nhwc_max_fwd},
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", cpu, onednn::pool_fwd_declines, onednn::pool_fwd},
-#endif
-    {"ref", cpu, accept_all<PoolFwdProblem>, ref::pool_fwd},
-};
-const Impl<PoolBwdProblem> kBwd[] = {
-    {"global_avg", cpu, ref::global_avg_bwd_declines, ref::global_avg_bwd},
-    {"nhwc_max", cpu, nhwc_max_bwd_declines, nhwc_max_bwd},
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", cpu, onednn::pool_bwd_declines, onednn::pool_bwd},
-#endif
-    {"ref", cpu, accept_all<PoolBwdProblem>, ref::pool_bwd},
-};
 
 // The three ops differ only in their geometry.
 Tensor pool_op(OpId id, const Tensor& x0,
@@ -126,7 +98,7 @@ Tensor pool_op(OpId id, const Tensor& x0,
   Tensor workspace;
   PoolFwdProblem p{to_image(x, g.layout), empty_image(g.out_shape(), dt, g.layout, x.device()),
                    grad ? &workspace : nullptr, g};
-  dispatch(id, "forward", std::span<const Impl<PoolFwdProblem>>(kFwd), p);
+  dispatch(id, "forward", p);
   Tensor y = p.y;
   if (grad) {
     const SavedTensor sx(g.kind == PoolKind::max ? p.x : Tensor()), sws(workspace);
@@ -135,7 +107,7 @@ Tensor pool_op(OpId id, const Tensor& x0,
       const Tensor dy = to_image(grads[0], g.layout, dt);
       PoolBwdProblem b{dy, sx.unpack(name), sws.unpack(name),
                        empty_image(g.in_shape(), dt, g.layout, dy.device()), g};
-      dispatch(id, "backward", std::span<const Impl<PoolBwdProblem>>(kBwd), b);
+      dispatch(id, "backward", b);
       return std::vector<Tensor>{b.dx};
     });
   }

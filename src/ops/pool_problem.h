@@ -1,6 +1,7 @@
-// The 2-D pooling problem shared by the op wrappers (pool.cpp) and their kernels (ref/pool,
-// onednn/pool): resolved geometry (PyTorch's output-size rule with ceil_mode; adaptive bins)
-// and the forward/backward problems. Invariants: x, y, dy, dx are dense in `layout` and share
+// The pooling family's problems (max_pool2d, avg_pool2d, adaptive_avg_pool2d; ops/pool.cpp):
+// resolved geometry (PyTorch's output-size rule with ceil_mode; adaptive bins) and the
+// forward/backward problems. Kernels: ref::pool_* (the oracle), cpu::pool_global_avg_* and
+// cpu::pool_max_nhwc_*, onednn::pool_*. Invariants: x, y, dy, dx are dense in `layout` and share
 // x's dtype; pad_b/pad_r include the ceil-mode overhang, so (h + pad_t + pad_b - kh) / stride
 // + 1 == oh exactly, as oneDNN wants.
 #pragma once
@@ -10,7 +11,9 @@
 #include "ops/layout.h"
 #include "mixprec/ops/ops.h"
 
-namespace mixprec::ops::detail {
+namespace mixprec::ops {
+
+using detail::ImageLayout;
 
 enum class PoolKind { max, avg };
 
@@ -28,6 +31,7 @@ struct PoolGeometry {
 
   Shape in_shape() const { return {n, c, h, w}; }
   Shape out_shape() const { return {n, c, oh, ow}; }
+  bool worth_threads() const { return n * c * h * w > (1 << 15); }  // kernels' OpenMP threshold
   std::string str() const;
 };
 
@@ -56,4 +60,4 @@ struct PoolBwdProblem {
   std::string describe() const;
 };
 
-}  // namespace mixprec::ops::detail
+}  // namespace mixprec::ops

@@ -1,38 +1,27 @@
 // softmax and log_softmax along one axis, forward and backward side by side: autocast, a
-// contiguous input, dispatch to oneDNN / f16-via-f32 / reference kernels, and the node (its
-// backward needs only the saved output). Kernels: ops/ref/softmax.*, ops/onednn/softmax.*.
+// contiguous input, kernel dispatch, and the node (its backward needs only the saved output).
+// Problems and the kernels that take them: softmax_problem.h.
 // Invariant: the max is subtracted first; arithmetic in acc_dtype(x); output in x's dtype.
-#include "ops/softmax_problem.h"
-
-#include "mixprec/version.h"
 #include "ops/dispatch.h"
+#include "ops/layout.h"
 #include "ops/op_common.h"
-#include "ops/ref/norm_layout.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/softmax.h"
-#endif
+#include "ops/softmax_problem.h"
 
 namespace mixprec::ops {
 using namespace detail;
 
 namespace {
+std::string describe_softmax(const Tensor& t, int64_t axis, bool log) {
+  return std::string(log ? "log_softmax " : "softmax ") + desc(t) + " axis " +
+         std::to_string(axis);
+}
+}  // namespace
 
-constexpr Device::Type kCpu = Device::Type::cpu;
+std::string SoftmaxFwdProblem::describe() const { return describe_softmax(x, axis, log); }
+std::string SoftmaxBwdProblem::describe() const { return describe_softmax(y, axis, log); }
 
-const Impl<SoftmaxForward> kForward[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", kCpu, onednn::softmax_forward_declines, onednn::softmax_forward},
-    {"f16_via_f32", kCpu, onednn::softmax_forward_f16_declines, onednn::softmax_forward_f16},
-#endif
-    {"ref", kCpu, accept_all<SoftmaxForward>, ref::softmax_forward},
-};
-const Impl<SoftmaxBackward> kBackward[] = {
-#if MIXPREC_WITH_ONEDNN
-    {"onednn", kCpu, onednn::softmax_backward_declines, onednn::softmax_backward},
-    {"f16_via_f32", kCpu, onednn::softmax_backward_f16_declines, onednn::softmax_backward_f16},
-#endif
-    {"ref", kCpu, accept_all<SoftmaxBackward>, ref::softmax_backward},
-};
+
+namespace {
 
 Tensor softmax_op(OpId id, const Tensor& x0, int64_t axis, bool log) {
   Prepared p = autocast_inputs(id, {x0});
@@ -43,18 +32,17 @@ Tensor softmax_op(OpId id, const Tensor& x0, int64_t axis, bool log) {
   const int64_t ax = wrap_dim(axis, p.in[0].dim(), "softmax axis");
   const Tensor x = contiguous(p.in[0]);
   Tensor y = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  dispatch(id, "forward", std::span<const Impl<SoftmaxForward>>(kForward),
-           SoftmaxForward{.x = x, .y = y, .axis = ax, .log = log});
+  dispatch(id, "forward", SoftmaxFwdProblem{.x = x, .y = y, .axis = ax, .log = log});
   if (graph::needs_grad({&x})) {
     SavedTensor sy(y.detach());
     record(id, {x}, y, [sy, id, ax, log](const std::vector<Tensor>& g) {
       const Tensor ys = sy.unpack(op_name(id));
-      const SoftmaxBackward b{.y = ys,
+      const SoftmaxBwdProblem b{.y = ys,
                               .dy = packed(g[0], ys.dtype()),
                               .dx = Tensor::empty(ys.shape(), {.dtype = ys.dtype(), .device = ys.device()}),
                               .axis = ax,
                               .log = log};
-      dispatch(id, "backward", std::span<const Impl<SoftmaxBackward>>(kBackward), b);
+      dispatch(id, "backward", b);
       return std::vector<Tensor>{b.dx};
     });
   }

@@ -8,7 +8,7 @@
 #include "mixprec/version.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"
-#include "ops/onednn/matmul.h"
+#include "ops/onednn/kernels.h"
 #endif
 
 namespace mixprec {

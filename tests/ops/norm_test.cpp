@@ -10,14 +10,11 @@
 
 #include "mixprec/ops/autocast.h"
 #include "mixprec/version.h"
+#include "kernel_test_util.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
+#include "ops/layout.h"
 #include "ops/norm_problem.h"
-#include "ops/ref/norm_layout.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/context.h"
-#include "ops/onednn/norm.h"
-#endif
 
 namespace mixprec {
 namespace {
@@ -245,31 +242,6 @@ Tensor with_constant_channels(DType d, bool channels_last) {
   return ops::detail::with_strides(x.astype(d), x.strides());
 }
 
-struct BnKernels {
-  const char* path;
-  std::string (*fwd_declines)(const ops::BatchNormForward&);
-  void (*fwd)(const ops::BatchNormForward&);
-  std::string (*bwd_declines)(const ops::BatchNormBackward&);
-  void (*bwd)(const ops::BatchNormBackward&);
-};
-
-// Every implementation of batch norm for x's dtype: the reference, and with oneDNN the
-// primitive (f32, bf16 where the CPU computes in it) or the f16 emulation through f32.
-std::vector<BnKernels> bn_paths(DType d) {
-  std::vector<BnKernels> out{{"ref", ops::accept_all<ops::BatchNormForward>, ops::ref::batch_norm_forward,
-                              ops::accept_all<ops::BatchNormBackward>, ops::ref::batch_norm_backward}};
-#if MIXPREC_WITH_ONEDNN
-  namespace o = ops::onednn;
-  if (d == DType::f32 || (d == DType::bf16 && o::computes_in(d)))
-    out.push_back({"onednn", o::batch_norm_forward_declines, o::batch_norm_forward,
-                   o::batch_norm_backward_declines, o::batch_norm_backward});
-  if (d == DType::f16)
-    out.push_back({"f16_via_f32", o::batch_norm_forward_f16_declines, o::batch_norm_forward_f16,
-                   o::batch_norm_backward_f16_declines, o::batch_norm_backward_f16});
-#endif
-  return out;
-}
-
 TEST(BatchNorm, ConstantChannelGivesBetaAndZeroGammaGradientOnEveryPath) {
   // A constant channel has mean == its value and variance 0, so x - mean is 0 exactly: y is
   // beta (rounded to y's dtype) and dgamma = sum(dy * xhat) is 0, both exactly. PyTorch 1.13's
@@ -280,21 +252,28 @@ TEST(BatchNorm, ConstantChannelGivesBetaAndZeroGammaGradientOnEveryPath) {
       const Tensor x = with_constant_channels(d, channels_last);
       const Tensor dy = ops::detail::with_strides(random(x.shape(), 63, d), x.strides());
       const Tensor gamma = random({8}, 64, acc_dtype(d), 0.5, 1.5), beta = random({8}, 65, acc_dtype(d));
-      for (const BnKernels& k : bn_paths(d)) {
-        const std::string what = std::string(k.path) + " " + std::string(dtype_name(d)) +
+      // Every kernel that accepts the problem (the reference; oneDNN or low_via_f32; ...).
+      ops::BatchNormFwdProblem f0{.x = x, .gamma = gamma, .beta = beta,
+                                  .mean = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
+                                  .var = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
+                                  .y = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device())};
+      const auto paths = testing::accepting_kernels(f0);
+      EXPECT_GE(paths.size(), d == DType::f64 || !MIXPREC_WITH_ONEDNN ? 1u : 2u) << dtype_name(d) << ": a fast path and ref";
+      for (const auto& k : paths) {
+        const std::string what = std::string(k.name) + " " + std::string(dtype_name(d)) +
                                  (channels_last ? " channels-last" : " nchw");
-        ops::BatchNormForward f{.x = x, .gamma = gamma, .beta = beta,
-                                .mean = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
-                                .var = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
-                                .y = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device())};
-        ASSERT_EQ(k.fwd_declines(f), "") << what;
-        k.fwd(f);
-        ops::BatchNormBackward b{.x = x, .dy = dy, .gamma = gamma, .mean = f.mean, .var = f.var,
+        ops::BatchNormFwdProblem f = f0;
+        f.mean = Tensor::empty({8}, {.dtype = acc_dtype(d)});
+        f.var = Tensor::empty({8}, {.dtype = acc_dtype(d)});
+        f.y = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device());
+        k.run(f);
+        ops::BatchNormBwdProblem b{.x = x, .dy = dy, .gamma = gamma, .mean = f.mean, .var = f.var,
                                  .dx = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device()),
                                  .dgamma = Tensor::empty({8}, {.dtype = acc_dtype(d)}),
                                  .dbeta = Tensor::empty({8}, {.dtype = acc_dtype(d)})};
-        ASSERT_EQ(k.bwd_declines(b), "") << what;
-        k.bwd(b);
+        const auto bk = testing::kernel_named<ops::BatchNormBwdProblem>(k.name);
+        ASSERT_EQ(bk.declines(b), "") << what;
+        bk.run(b);
         for (int64_t c : {2, 5}) {
           const double value = x.at({0, c, 0, 0});
           EXPECT_EQ(f.mean.at({c}), value) << what << " channel " << c;
@@ -325,7 +304,7 @@ TEST(BatchNorm, StatisticsMatchF64ForLargeMeanSmallSpread) {
       x = ops::detail::with_strides(x.astype(d), x.strides());
       const Tensor xd = x.astype(DType::f64), mean = Tensor::empty({19}, {.dtype = acc_dtype(d)}),
                    var = Tensor::empty({19}, {.dtype = acc_dtype(d)});
-      ops::ref::batch_norm_statistics(x, mean, var);
+      ops::batch_norm_statistics(x, mean, var);
       const Tensor m64 = ops::mean(xd, {0, 2, 3});
       const Tensor dev = ops::sub(xd, m64.reshape({1, 19, 1, 1}));
       const Tensor v64 = ops::mean(ops::mul(dev, dev), {0, 2, 3});
@@ -403,23 +382,21 @@ NormRun run_bn(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, cons
   return {y, x.grad(), gamma.grad(), beta.grad()};
 }
 
-TEST(BatchNorm, OneDnnAcceptsF32Bf16AndF16ViaF32) {
+TEST(BatchNorm, AFastKernelAcceptsF32Bf16AndF16) {
+  // f32 (and bf16 where oneDNN computes in it) in the oneDNN primitive, f16 (and bf16 elsewhere)
+  // through low_via_f32: never the reference kernel.
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     for (bool training : {true, false}) {
       const Tensor x = random({2, 3, 4, 4}, 50, d);
-      ops::BatchNormForward f{.x = x, .gamma = ones({3}), .beta = zeros({3}), .mean = zeros({3}),
+      ops::BatchNormFwdProblem f{.x = x, .gamma = ones({3}), .beta = zeros({3}), .mean = zeros({3}),
                               .var = ones({3}), .y = Tensor::empty(x.shape(), {.dtype = d}),
                               .training = training};
-      const std::string why = d == DType::f16 ? ops::onednn::batch_norm_forward_f16_declines(f)
-                                              : ops::onednn::batch_norm_forward_declines(f);
-      if (d == DType::bf16 && !ops::onednn::computes_in(DType::bf16)) continue;
-      EXPECT_EQ(why, "") << dtype_name(d) << " training " << training;
-      ops::BatchNormBackward b{.x = x, .dy = x, .gamma = ones({3}), .mean = zeros({3}),
+      ops::BatchNormBwdProblem b{.x = x, .dy = x, .gamma = ones({3}), .mean = zeros({3}),
                                .var = ones({3}), .dx = Tensor::empty(x.shape(), {.dtype = d}),
                                .dgamma = zeros({3}), .dbeta = zeros({3}), .training = training};
-      EXPECT_EQ(d == DType::f16 ? ops::onednn::batch_norm_backward_f16_declines(b)
-                                : ops::onednn::batch_norm_backward_declines(b), "")
-          << dtype_name(d) << " training " << training;
+      if (!MIXPREC_WITH_ONEDNN) continue;
+      EXPECT_NE(testing::chosen_kernel(f), "ref") << dtype_name(d) << " training " << training;
+      EXPECT_NE(testing::chosen_kernel(b), "ref") << dtype_name(d) << " training " << training;
     }
   }
 }
@@ -452,13 +429,10 @@ TEST(LayerNorm, OneDnnMatchesReference) {
     const Tensor x = random({4, 6, 48}, 55, d, -2, 3);
     const Tensor gamma = random({48}, 56, DType::f32, 0.5, 1.5), beta = random({48}, 57, DType::f32);
     const Tensor w = random(x.shape(), 58, DType::f32);
-    ops::LayerNormForward f{.x = x.reshape({24, 48}), .gamma = gamma, .beta = beta,
+    ops::LayerNormFwdProblem f{.x = x.reshape({24, 48}), .gamma = gamma, .beta = beta,
                             .y = Tensor::empty({24, 48}, {.dtype = d}), .mean = zeros({24}),
                             .var = zeros({24})};
-    if (d != DType::bf16 || ops::onednn::computes_in(d)) {
-      EXPECT_EQ(d == DType::f16 ? ops::onednn::layer_norm_forward_f16_declines(f)
-                                : ops::onednn::layer_norm_forward_declines(f), "") << dtype_name(d);
-    }
+    if (MIXPREC_WITH_ONEDNN) EXPECT_NE(testing::chosen_kernel(f), "ref") << dtype_name(d);
     NormRun runs[2];
     for (int k = 0; k < 2; ++k) {
       ops::ForceImpl force(k == 0 ? "" : "ref");

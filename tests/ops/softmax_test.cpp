@@ -8,13 +8,10 @@
 
 #include "mixprec/ops/autocast.h"
 #include "mixprec/version.h"
+#include "kernel_test_util.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
 #include "ops/softmax_problem.h"
-#if MIXPREC_WITH_ONEDNN
-#include "ops/onednn/context.h"
-#include "ops/onednn/softmax.h"
-#endif
 
 namespace mixprec {
 namespace {
@@ -105,31 +102,6 @@ TEST(Softmax, ComputesInF32UnderO2) {
   EXPECT_TRUE(seen);
 }
 
-struct SoftmaxKernels {
-  const char* path;
-  std::string (*fwd_declines)(const ops::SoftmaxForward&);
-  void (*fwd)(const ops::SoftmaxForward&);
-  std::string (*bwd_declines)(const ops::SoftmaxBackward&);
-  void (*bwd)(const ops::SoftmaxBackward&);
-};
-
-// Every implementation of softmax for dtype d: the reference, and with oneDNN the primitive
-// (f32, bf16 where the CPU computes in it) or the f16 emulation through f32.
-std::vector<SoftmaxKernels> softmax_paths(DType d) {
-  std::vector<SoftmaxKernels> out{{"ref", ops::accept_all<ops::SoftmaxForward>, ops::ref::softmax_forward,
-                                   ops::accept_all<ops::SoftmaxBackward>, ops::ref::softmax_backward}};
-#if MIXPREC_WITH_ONEDNN
-  namespace o = ops::onednn;
-  if (d == DType::f32 || (d == DType::bf16 && o::computes_in(d)))
-    out.push_back({"onednn", o::softmax_forward_declines, o::softmax_forward,
-                   o::softmax_backward_declines, o::softmax_backward});
-  if (d == DType::f16)
-    out.push_back({"f16_via_f32", o::softmax_forward_f16_declines, o::softmax_forward_f16,
-                   o::softmax_backward_f16_declines, o::softmax_backward_f16});
-#endif
-  return out;
-}
-
 // Rows 0, 2, 3 have no finite maximum (all -inf; a NaN; a +inf); row 1 is ordinary, with one
 // -inf entry (y 0, log -inf there; finite gradients).
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -159,14 +131,17 @@ TEST(Softmax, RowsWithoutFiniteMaxAreNanForwardAndBackwardOnEveryPath) {
         s += log ? g[j] : g[j] * y1[j];
       }
       for (int j = 0; j < 4; ++j) dx1[j] = log ? g[j] - std::exp(y1[j]) * s : y1[j] * (g[j] - s);
-      for (const SoftmaxKernels& k : softmax_paths(d)) {
-        const std::string what = std::string(k.path) + " " + std::string(dtype_name(d)) + (log ? " log" : "");
-        ops::SoftmaxForward f{.x = x, .y = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
-        ASSERT_EQ(k.fwd_declines(f), "") << what;
-        k.fwd(f);
-        ops::SoftmaxBackward b{.y = f.y, .dy = dy, .dx = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
-        ASSERT_EQ(k.bwd_declines(b), "") << what;
-        k.bwd(b);
+      const ops::SoftmaxFwdProblem f0{.x = x, .y = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
+      const auto paths = testing::accepting_kernels(f0);  // ref, oneDNN or low_via_f32, ...
+      EXPECT_GE(paths.size(), d == DType::f64 || !MIXPREC_WITH_ONEDNN ? 1u : 2u) << dtype_name(d) << ": a fast path and ref";
+      for (const auto& k : paths) {
+        const std::string what = std::string(k.name) + " " + std::string(dtype_name(d)) + (log ? " log" : "");
+        ops::SoftmaxFwdProblem f{.x = x, .y = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
+        k.run(f);
+        ops::SoftmaxBwdProblem b{.y = f.y, .dy = dy, .dx = Tensor::empty(x.shape(), {.dtype = d}), .axis = 1, .log = log};
+        const auto bk = testing::kernel_named<ops::SoftmaxBwdProblem>(k.name);
+        ASSERT_EQ(bk.declines(b), "") << what;
+        bk.run(b);
         for (int64_t r : {0, 2, 3})
           for (int64_t j = 0; j < 4; ++j) {
             EXPECT_TRUE(std::isnan(f.y.at({r, j}))) << what << " y[" << r << ", " << j << "] = " << f.y.at({r, j});
@@ -190,15 +165,15 @@ TEST(Softmax, NanRowRepairsForKernelsThatLeaveRowsPartlyFinite) {
   // throughout the row; other rows and columns are untouched.
   for (DType d : {DType::f32, DType::bf16}) {
     Tensor y = Tensor::from_vector<double>({0, kNan, 0, 0, 0.25, 0.25, 0.5, 0}, {2, 4}).astype(d);
-    ops::ref::fill_nan_rows(y, 1);
+    ops::fill_nan_rows(y, 1);
     for (int64_t j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(y.at({0, j}))) << dtype_name(d) << " " << j;
     EXPECT_EQ(y.to_vector<double>()[6], 0.5);
     Tensor yc = Tensor::from_vector<double>({kNan, 0.5, kNan, 0.5}, {2, 2}).astype(d);
-    ops::ref::fill_nan_rows(yc, 0);  // along axis 0: column 0 holds the NaNs
+    ops::fill_nan_rows(yc, 0);  // along axis 0: column 0 holds the NaNs
     EXPECT_TRUE(std::isnan(yc.at({0, 0})) && std::isnan(yc.at({1, 0})) && yc.at({0, 1}) == 0.5 && yc.at({1, 1}) == 0.5)
         << dtype_name(d) << yc;
     const Tensor dx = Tensor::from_vector<double>({-kInf, -kInf, -kInf, -kInf, 1, -2, 0.5, 3}, {2, 4}).astype(d);
-    ops::ref::nan_where_nan(y, dx);
+    ops::nan_where_nan(y, dx);
     for (int64_t j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(dx.at({0, j}))) << dtype_name(d) << " " << j;
     EXPECT_EQ(dx.to_vector<double>()[5], -2);
   }
@@ -224,15 +199,13 @@ TEST(Softmax, AllMinusInfRowThroughAutogradIsNanInEveryDtype) {
 #if MIXPREC_WITH_ONEDNN
 TEST(Softmax, OneDnnMatchesReference) {
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    if (d == DType::bf16 && !ops::onednn::computes_in(d)) continue;
     for (bool log : {false, true}) {
       for (int64_t axis : {1, 2}) {
         const Tensor x = random({4, 10, 6}, 7, d, -5, 5);
         const Tensor w = random(x.shape(), 8, DType::f32);
         const std::string what = std::string(dtype_name(d)) + (log ? " log" : "") + " axis " + std::to_string(axis);
-        ops::SoftmaxForward f{.x = x, .y = Tensor::empty(x.shape(), {.dtype = d}), .axis = axis, .log = log};
-        EXPECT_EQ(d == DType::f16 ? ops::onednn::softmax_forward_f16_declines(f)
-                                  : ops::onednn::softmax_forward_declines(f), "") << what;
+        ops::SoftmaxFwdProblem f{.x = x, .y = Tensor::empty(x.shape(), {.dtype = d}), .axis = axis, .log = log};
+        EXPECT_NE(testing::chosen_kernel(f), "ref") << what;
         Tensor y[2], dx[2];
         for (int k = 0; k < 2; ++k) {
           ops::ForceImpl force(k == 0 ? "" : "ref");

@@ -1,4 +1,10 @@
-// Direct single-input-channel convolution (see conv_direct.h).
+// Direct convolution for single-input-channel layers with at most 8 output channels (LeNet's
+// first conv: 1 -> 6 channels, 5x5, stride 1), forward and backward-weights, with a
+// channels-last output. im2col + GEMM is a poor fit there: the reduction is 9-25 long and the
+// GEMM's N is the channel count, so both the patch matrix and the GEMM are memory-bound. This
+// kernel keeps one zero-padded fp32 copy of each image in L1 and accumulates in fp32 registers
+// (8 output channels x 16 columns per block, every tap a broadcast-FMA), then rounds once.
+// Backward-data is not needed for a first layer (the data needs no gradient); im2col covers it.
 //
 // Per image: xp = the image in fp32, zero-padded by the convolution's padding and widened to
 // whole 16-column blocks. Forward, per output row: for each block of 16 columns and 8 output
@@ -9,7 +15,7 @@
 // own slot, and the slots are summed in image order, so the result does not depend on threads.
 // The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA) and
 // picked at run time.
-#include "ops/cpu/conv_direct.h"
+#include "ops/cpu/kernels.h"
 #include "mixprec/ops/ops.h"
 
 #include <algorithm>
@@ -23,7 +29,8 @@
 #include "mixprec/cpu_features.h"
 #include "mixprec/error.h"
 
-namespace mixprec::ops::detail {
+namespace mixprec::ops::cpu {
+using namespace detail;
 namespace {
 
 constexpr int64_t kCols = 16;   // output columns per block (one AVX-512 register of f32)
@@ -203,12 +210,12 @@ std::vector<float> padded_weights(const Tensor& w, const Plan& p) {
 
 }  // namespace
 
-std::string direct_c1_fwd_declines(const ConvFwdProblem& p) {
+std::string conv_direct_c1_fwd_declines(const ConvFwdProblem& p) {
   if (p.g.cout < 1) return "no output channels";
   return common_declines(p.g, p.x.dtype(), p.y);
 }
 
-void direct_c1_fwd(const ConvFwdProblem& pr) {
+void conv_direct_c1_fwd(const ConvFwdProblem& pr) {
   const Plan p = make_plan(pr.g);
   const std::vector<float> wpad = padded_weights(pr.w, p);
   std::vector<float> bias(static_cast<size_t>(p.ncb * kCoBlk), 0.0f);
@@ -240,12 +247,12 @@ void direct_c1_fwd(const ConvFwdProblem& pr) {
   });
 }
 
-std::string direct_c1_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
+std::string conv_direct_c1_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
   if (!p.dw.defined()) return "no weight gradient needed";
   return common_declines(p.g, p.x.dtype(), p.dy);
 }
 
-void direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
+void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
   const Plan p = make_plan(pr.g);
   const int64_t taps = p.kh * p.kw, slot = p.cout * taps + p.cout;  // dW then db, per image
   const int64_t N = pr.g.n;
@@ -287,12 +294,12 @@ void direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
     for (int64_t n = 0; n < N; ++n) s += parts[static_cast<size_t>(n * slot + e)];
     total[static_cast<size_t>(e)] = s;
   }
-  MIXPREC_ASSERT(pr.dw.is_contiguous(), "direct_c1_bwd_weights: dw must be contiguous");
+  MIXPREC_ASSERT(pr.dw.is_contiguous(), "conv_direct_c1_bwd_weights: dw must be contiguous");
   convert_row(total.data(), DType::f32, pr.dw.data_ptr(), pr.dw.dtype(), p.cout * taps);
   if (pr.db.defined()) {
-    MIXPREC_ASSERT(pr.db.is_contiguous(), "direct_c1_bwd_weights: db must be contiguous");
+    MIXPREC_ASSERT(pr.db.is_contiguous(), "conv_direct_c1_bwd_weights: db must be contiguous");
     convert_row(total.data() + p.cout * taps, DType::f32, pr.db.data_ptr(), pr.db.dtype(), p.cout);
   }
 }
 
-}  // namespace mixprec::ops::detail
+}  // namespace mixprec::ops::cpu

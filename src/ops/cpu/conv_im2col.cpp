@@ -1,18 +1,22 @@
-// im2col convolution (see conv_im2col.h). The patch matrix is built in column layout,
-// P [N, K, OH*OW]: row (ci, i, j) of image n is a shifted copy of input channel ci (raw elements,
+// Convolution as im2col + GEMM, for convolutions with a small reduction (cin * kh * kw <= 64,
+// one group): the first layers of image networks (1 input channel), where oneDNN 2.6 has no
+// fast channels-last kernel. Forward: patches P [N*OH*OW, K] times W^T gives the channels-last
+// output directly; backward-weights: dY^T P in f32; backward-data: dY W, scattered back with
+// col2im (per image, in a fixed order: deterministic). The GEMMs go through dispatch (gemm_into,
+// ops/matmul_problem.h). The patch matrix is built in column layout, P [N, K, OH*OW]: row (ci, i, j) of image n is a shifted copy of input channel ci (raw elements,
 // no conversion; padding positions are zero), so building it is a series of row copies. Both
 // output layouts are one batched GEMM over it: NCHW y_n = W P_n, channels-last y_n = P_n^T W^T.
-#include "ops/cpu/conv_im2col.h"
+#include "ops/cpu/kernels.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "ops/gemm.h"
-#include "ops/layout.h"
 #include "mixprec/ops/ops.h"
+#include "ops/layout.h"
 #include "ops/matmul_problem.h"
 
-namespace mixprec::ops::detail {
+namespace mixprec::ops::cpu {
+using namespace detail;
 namespace {
 
 constexpr int64_t kMaxK = 64;
@@ -105,9 +109,9 @@ void bias_relu_nchw(const Tensor& acc, const Tensor& b, bool relu, const Tensor&
 
 }  // namespace
 
-std::string im2col_fwd_declines(const ConvFwdProblem& p) { return common_declines(p.g, p.x.dtype(), p.y); }
+std::string conv_im2col_fwd_declines(const ConvFwdProblem& p) { return common_declines(p.g, p.x.dtype(), p.y); }
 
-void im2col_fwd(const ConvFwdProblem& p) {
+void conv_im2col_fwd(const ConvFwdProblem& p) {
   const ConvGeometry& g = p.g;
   const int64_t K = reduction(g);
   const Tensor w2 = p.w.contiguous().reshape({1, g.cout, K});
@@ -126,13 +130,13 @@ void im2col_fwd(const ConvFwdProblem& p) {
   bias_relu_nchw(acc, p.b, p.relu, p.y);
 }
 
-std::string im2col_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
+std::string conv_im2col_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
   if (!p.dw.defined()) return "no weight gradient needed";
   return common_declines(p.g, p.x.dtype(), p.dy);
 }
 
 // dW = sum_n dY_n P_n^T: per-image GEMMs into f32, summed in image order (deterministic).
-void im2col_bwd_weights(const ConvBwdWeightsProblem& p) {
+void conv_im2col_bwd_weights(const ConvBwdWeightsProblem& p) {
   const ConvGeometry& g = p.g;
   const int64_t K = reduction(g);
   const Tensor P = im2col(p.x, g);  // [N, K, OHW]
@@ -152,14 +156,14 @@ void im2col_bwd_weights(const ConvBwdWeightsProblem& p) {
   }
 }
 
-std::string im2col_bwd_data_declines(const ConvBwdDataProblem& p) {
+std::string conv_im2col_bwd_data_declines(const ConvBwdDataProblem& p) {
   if (const std::string r = common_declines(p.g, p.dy.dtype(), p.dy); !r.empty()) return r;
   if (!has_layout(p.dx, ImageLayout::nhwc) && !p.dx.is_contiguous()) return "dx neither channels-last nor contiguous";
   return "";
 }
 
 // dP_n = W^T dY_n, then col2im: each image accumulates its own columns in f32, in a fixed order.
-void im2col_bwd_data(const ConvBwdDataProblem& p) {
+void conv_im2col_bwd_data(const ConvBwdDataProblem& p) {
   const ConvGeometry& g = p.g;
   const int64_t K = reduction(g), OHW = g.oh * g.ow;
   const Tensor dy3 = nchw(p.dy) ? as_nc_hw(p.dy) : as_n_hw_c(p.dy).transpose(1, 2);  // [N, Cout, OHW]
@@ -188,4 +192,4 @@ void im2col_bwd_data(const ConvBwdDataProblem& p) {
   dx.copy_(acc);  // rounds once, into dx's dtype and layout
 }
 
-}  // namespace mixprec::ops::detail
+}  // namespace mixprec::ops::cpu

@@ -6,7 +6,7 @@
 // reference kernel for channels-last; the one reorder per call is of the (small) weights.
 // Primitives (or the reason oneDNN refuses) are cached per thread, keyed by shapes, strides,
 // dtypes and geometry; a oneDNN "ref:" choice is declined in favour of our reference kernel.
-#include "ops/onednn/conv.h"
+#include "ops/onednn/kernels.h"
 #include "mixprec/ops/ops.h"
 
 #include <optional>
@@ -16,10 +16,6 @@
 #include "core/strided_copy.h"
 
 namespace mixprec::ops::onednn {
-using detail::ConvBwdDataProblem;
-using detail::ConvBwdWeightsProblem;
-using detail::ConvFwdProblem;
-using detail::ConvGeometry;
 using dnnl::memory;
 
 namespace {

@@ -1,8 +1,8 @@
-// oneDNN matmul kernels (see matmul.h). Memory descriptors carry the tensors' own strides; dims
+// oneDNN matmul kernels (see kernels.h). Memory descriptors carry the tensors' own strides; dims
 // of size 1 get the stride a packed layout would give them, so oneDNN recognises plain
 // row-major / transposed formats. A primitive descriptor that fails to build is cached as a
 // decline reason, so an unsupported shape costs one attempt per thread, not one per call.
-#include "ops/onednn/matmul.h"
+#include "ops/onednn/kernels.h"
 #include "mixprec/ops/ops.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "mixprec/convert.h"
 #include "ops/onednn/context.h"
+#include "ops/ref/kernels.h"
 
 namespace mixprec::ops::onednn {
 
@@ -94,7 +95,7 @@ std::string matmul_declines(const MatmulProblem& p) {
   return entry_for(p)->error;
 }
 
-void matmul_run(const MatmulProblem& p) {
+void matmul(const MatmulProblem& p) {
   const std::shared_ptr<MatmulEntry> e = entry_for(p);
   MIXPREC_ASSERT(e->error.empty(), "oneDNN matmul run after it declined: ", e->error);
   std::unordered_map<int, dnnl::memory> args{
@@ -138,12 +139,12 @@ Tensor widen(const Tensor& t) {
 
 }  // namespace
 
-void matmul_f16_via_f32_run(const MatmulProblem& p) {
+void matmul_f16_via_f32(const MatmulProblem& p) {
   MatmulProblem q{widen(p.a), widen(p.b), widen(p.bias), p.out, p.relu};
   if (p.out.dtype() != DType::f32)
     q.out = Tensor::empty(p.out.shape(), {.dtype = DType::f32, .device = p.out.device()});
-  if (matmul_declines(q).empty()) matmul_run(q);
-  else matmul_ref(q);
+  if (matmul_declines(q).empty()) matmul(q);
+  else ref::matmul(q);
   if (!q.out.same(p.out))
     convert_row(q.out.data_ptr(), DType::f32, p.out.data_ptr(), p.out.dtype(), p.out.numel());
 }

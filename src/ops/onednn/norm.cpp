@@ -1,15 +1,15 @@
 // oneDNN batch normalisation (batch_normalization_forward/backward, use_scale | use_shift; the
 // forward always with use_global_stats: training passes the batch statistics of
-// ref::batch_norm_statistics) and layer normalisation over [rows, M]; f32 and bf16 data, f32
+// batch_norm_statistics) and layer normalisation over [rows, M]; f32 and bf16 data, f32
 // parameters and statistics. x, y, dy, dx share one dense layout (NCHW or channels-last), so
 // the memory descriptors come straight from the tensors' strides and nothing is reordered.
 // f16 runs through the f32 primitives on converted copies (an exact emulation, not faster).
-#include "ops/onednn/norm.h"
+#include "ops/onednn/kernels.h"
 
 #include <bit>
 
 #include "ops/onednn/context.h"
-#include "ops/ref/norm_layout.h"
+#include "ops/layout.h"
 
 namespace mixprec::ops::onednn {
 namespace {
@@ -85,7 +85,7 @@ struct BnBwd {
 };
 
 // The forward always normalises with given statistics (use_global_stats): the running ones in
-// eval, the batch ones from ref::batch_norm_statistics in training.
+// eval, the batch ones from batch_norm_statistics in training.
 std::shared_ptr<BnFwd> bn_fwd(const Shape& s, const Strides& st, DType dt, double eps) {
   return cache().get_or_create<BnFwd>(norm_key("bn_fwd", s, st, dt, false, eps), [&] {
     auto pd = bn_fwd_pd(md(s, st, dt), prop_kind::forward_inference, false, eps);
@@ -159,16 +159,16 @@ std::string not_via_f32(const Tensor& x) {
 
 // ---------------------------------------------------------------- batch norm
 
-// Training computes the batch statistics first (ref::batch_norm_statistics: shifted, summed in
+// Training computes the batch statistics first (batch_norm_statistics: shifted, summed in
 // f64) and then normalises with them through the use_global_stats primitive: oneDNN's own f32
 // sums drift (|y - beta| up to 0.3 on a constant channel of 50176 values, channels-last).
-std::string batch_norm_forward_declines(const BatchNormForward& p) {
+std::string batch_norm_fwd_declines(const BatchNormFwdProblem& p) {
   if (std::string why = data_declines(p.x); !why.empty()) return why;
   return try_create([&] { bn_fwd(p.x.shape(), p.x.strides(), p.x.dtype(), p.eps); });
 }
 
-void batch_norm_forward(const BatchNormForward& p) {
-  if (p.training) ref::batch_norm_statistics(p.x, p.mean, p.var);
+void batch_norm_fwd(const BatchNormFwdProblem& p) {
+  if (p.training) batch_norm_statistics(p.x, p.mean, p.var);
   const auto k = bn_fwd(p.x.shape(), p.x.strides(), p.x.dtype(), p.eps);
   execute(k->prim, Args{{DNNL_ARG_SRC, mem(k->pd.src_desc(), p.x.data_ptr())},
                         {DNNL_ARG_DST, mem(k->pd.dst_desc(), p.y.data_ptr())},
@@ -178,12 +178,12 @@ void batch_norm_forward(const BatchNormForward& p) {
                         {DNNL_ARG_VARIANCE, mem(k->pd.variance_desc(), p.var.data_ptr())}});
 }
 
-std::string batch_norm_backward_declines(const BatchNormBackward& p) {
+std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p) {
   if (std::string why = data_declines(p.x); !why.empty()) return why;
   return try_create([&] { bn_bwd(p.x.shape(), p.x.strides(), p.x.dtype(), p.training, p.eps); });
 }
 
-void batch_norm_backward(const BatchNormBackward& p) {
+void batch_norm_bwd(const BatchNormBwdProblem& p) {
   const auto k = bn_bwd(p.x.shape(), p.x.strides(), p.x.dtype(), p.training, p.eps);
   execute(k->prim, Args{{DNNL_ARG_SRC, mem(k->pd.src_desc(), p.x.data_ptr())},
                         {DNNL_ARG_MEAN, mem(k->pd.mean_desc(), p.mean.data_ptr())},
@@ -196,41 +196,41 @@ void batch_norm_backward(const BatchNormBackward& p) {
                         {DNNL_ARG_DIFF_SHIFT, mem(p.dbeta)}});
 }
 
-std::string batch_norm_forward_f16_declines(const BatchNormForward& p) {
+std::string batch_norm_fwd_f16_declines(const BatchNormFwdProblem& p) {
   if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { bn_fwd(p.x.shape(), p.x.strides(), DType::f32, p.eps); });
 }
 
-void batch_norm_forward_f16(const BatchNormForward& p) {
-  BatchNormForward q = p;
+void batch_norm_fwd_f16(const BatchNormFwdProblem& p) {
+  BatchNormFwdProblem q = p;
   q.x = f32_copy(p.x);
   q.y = f32_empty_like(p.y);
-  batch_norm_forward(q);
+  batch_norm_fwd(q);
   copy_into(p.y, q.y);
 }
 
-std::string batch_norm_backward_f16_declines(const BatchNormBackward& p) {
+std::string batch_norm_bwd_f16_declines(const BatchNormBwdProblem& p) {
   if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { bn_bwd(p.x.shape(), p.x.strides(), DType::f32, p.training, p.eps); });
 }
 
-void batch_norm_backward_f16(const BatchNormBackward& p) {
-  BatchNormBackward q = p;
+void batch_norm_bwd_f16(const BatchNormBwdProblem& p) {
+  BatchNormBwdProblem q = p;
   q.x = f32_copy(p.x);
   q.dy = f32_copy(p.dy);
   q.dx = f32_empty_like(p.dx);
-  batch_norm_backward(q);
+  batch_norm_bwd(q);
   copy_into(p.dx, q.dx);
 }
 
 // ---------------------------------------------------------------- layer norm
 
-std::string layer_norm_forward_declines(const LayerNormForward& p) {
+std::string layer_norm_fwd_declines(const LayerNormFwdProblem& p) {
   if (std::string why = data_declines(p.x); !why.empty()) return why;
   return try_create([&] { ln_fwd(p.x.shape()[0], p.x.shape()[1], p.x.dtype(), p.eps); });
 }
 
-void layer_norm_forward(const LayerNormForward& p) {
+void layer_norm_fwd(const LayerNormFwdProblem& p) {
   const auto k = ln_fwd(p.x.shape()[0], p.x.shape()[1], p.x.dtype(), p.eps);
   execute(k->prim, Args{{DNNL_ARG_SRC, mem(k->pd.src_desc(), p.x.data_ptr())},
                         {DNNL_ARG_DST, mem(k->pd.dst_desc(), p.y.data_ptr())},
@@ -240,12 +240,12 @@ void layer_norm_forward(const LayerNormForward& p) {
                         {DNNL_ARG_VARIANCE, mem(k->pd.variance_desc(), p.var.data_ptr())}});
 }
 
-std::string layer_norm_backward_declines(const LayerNormBackward& p) {
+std::string layer_norm_bwd_declines(const LayerNormBwdProblem& p) {
   if (std::string why = data_declines(p.x); !why.empty()) return why;
   return try_create([&] { ln_bwd(p.x.shape()[0], p.x.shape()[1], p.x.dtype(), p.eps); });
 }
 
-void layer_norm_backward(const LayerNormBackward& p) {
+void layer_norm_bwd(const LayerNormBwdProblem& p) {
   const auto k = ln_bwd(p.x.shape()[0], p.x.shape()[1], p.x.dtype(), p.eps);
   execute(k->prim, Args{{DNNL_ARG_SRC, mem(k->pd.src_desc(), p.x.data_ptr())},
                         {DNNL_ARG_MEAN, mem(k->pd.mean_desc(), p.mean.data_ptr())},
@@ -258,30 +258,30 @@ void layer_norm_backward(const LayerNormBackward& p) {
                         {DNNL_ARG_DIFF_SHIFT, mem(p.dbeta)}});
 }
 
-std::string layer_norm_forward_f16_declines(const LayerNormForward& p) {
+std::string layer_norm_fwd_f16_declines(const LayerNormFwdProblem& p) {
   if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { ln_fwd(p.x.shape()[0], p.x.shape()[1], DType::f32, p.eps); });
 }
 
-void layer_norm_forward_f16(const LayerNormForward& p) {
-  LayerNormForward q = p;
+void layer_norm_fwd_f16(const LayerNormFwdProblem& p) {
+  LayerNormFwdProblem q = p;
   q.x = f32_copy(p.x);
   q.y = f32_empty_like(p.y);
-  layer_norm_forward(q);
+  layer_norm_fwd(q);
   copy_into(p.y, q.y);
 }
 
-std::string layer_norm_backward_f16_declines(const LayerNormBackward& p) {
+std::string layer_norm_bwd_f16_declines(const LayerNormBwdProblem& p) {
   if (std::string why = not_via_f32(p.x); !why.empty()) return why;
   return try_create([&] { ln_bwd(p.x.shape()[0], p.x.shape()[1], DType::f32, p.eps); });
 }
 
-void layer_norm_backward_f16(const LayerNormBackward& p) {
-  LayerNormBackward q = p;
+void layer_norm_bwd_f16(const LayerNormBwdProblem& p) {
+  LayerNormBwdProblem q = p;
   q.x = f32_copy(p.x);
   q.dy = f32_copy(p.dy);
   q.dx = f32_empty_like(p.dx);
-  layer_norm_backward(q);
+  layer_norm_bwd(q);
   copy_into(p.dx, q.dx);
 }
 

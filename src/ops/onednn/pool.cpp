@@ -2,15 +2,11 @@
 // layout (all of them are dense in it), so the forward's primitive, which the backward takes as
 // its hint, is found again in the cache by the backward. Primitives and refusals are cached
 // per thread.
-#include "ops/onednn/pool.h"
+#include "ops/onednn/kernels.h"
 
 #include "ops/onednn/context.h"
 
 namespace mixprec::ops::onednn {
-using detail::PoolBwdProblem;
-using detail::PoolFwdProblem;
-using detail::PoolGeometry;
-using detail::PoolKind;
 using dnnl::memory;
 
 namespace {
@@ -53,7 +49,7 @@ std::string key_of(const char* what, DType d, const PoolGeometry& g, bool traini
                     g.pad_l, g.pad_b, g.pad_r})
     key_add(k, v);
   key_add(k, static_cast<int64_t>(algorithm_of(g)));
-  key_add(k, g.layout == detail::ImageLayout::nhwc ? 1 : 0);
+  key_add(k, g.layout == ImageLayout::nhwc ? 1 : 0);
   key_add(k, training ? 1 : 0);
   return k;
 }

@@ -2,7 +2,7 @@
 // algorithm subtracts the max; bf16 accumulates in f32 inside oneDNN). Primitives are cached
 // per shape, dtype, axis and algorithm. f16 goes through the f32 primitive on converted copies.
 // Rows without a distribution are made NaN throughout, as the reference does (ref/softmax.h).
-#include "ops/onednn/softmax.h"
+#include "ops/onednn/kernels.h"
 
 #include "ops/onednn/context.h"
 
@@ -81,59 +81,59 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-std::string softmax_forward_declines(const SoftmaxForward& p) {
+std::string softmax_fwd_declines(const SoftmaxFwdProblem& p) {
   if (p.x.numel() == 0) return "empty tensor";
   if (std::string why = why_not_computes_in(p.x.dtype()); !why.empty()) return why;
   return try_create([&] { fwd(p.x.shape(), p.x.dtype(), p.axis, p.log); });
 }
 
-void softmax_forward(const SoftmaxForward& p) {
+void softmax_fwd(const SoftmaxFwdProblem& p) {
   const auto k = fwd(p.x.shape(), p.x.dtype(), p.axis, p.log);
   execute(k->prim, Args{{DNNL_ARG_SRC, mem(k->pd.src_desc(), p.x.data_ptr())},
                         {DNNL_ARG_DST, mem(k->pd.dst_desc(), p.y.data_ptr())}});
-  ref::fill_nan_rows(p.y, p.axis);  // a NaN or +inf in x leaves the rest of its row finite
+  fill_nan_rows(p.y, p.axis);  // a NaN or +inf in x leaves the rest of its row finite
 }
 
-std::string softmax_backward_declines(const SoftmaxBackward& p) {
+std::string softmax_bwd_declines(const SoftmaxBwdProblem& p) {
   if (p.y.numel() == 0) return "empty tensor";
   if (std::string why = why_not_computes_in(p.y.dtype()); !why.empty()) return why;
   return try_create([&] { bwd(p.y.shape(), p.y.dtype(), p.axis, p.log); });
 }
 
-void softmax_backward(const SoftmaxBackward& p) {
+void softmax_bwd(const SoftmaxBwdProblem& p) {
   const auto k = bwd(p.y.shape(), p.y.dtype(), p.axis, p.log);
   execute(k->prim, Args{{DNNL_ARG_DST, mem(k->pd.dst_desc(), p.y.data_ptr())},
                         {DNNL_ARG_DIFF_DST, mem(k->pd.diff_dst_desc(), p.dy.data_ptr())},
                         {DNNL_ARG_DIFF_SRC, mem(k->pd.diff_src_desc(), p.dx.data_ptr())}});
-  if (p.log) ref::nan_where_nan(p.y, p.dx);  // the jit backward's exp(NaN) is 3.4e38
+  if (p.log) nan_where_nan(p.y, p.dx);  // the jit backward's exp(NaN) is 3.4e38
 }
 
-std::string softmax_forward_f16_declines(const SoftmaxForward& p) {
+std::string softmax_fwd_f16_declines(const SoftmaxFwdProblem& p) {
   if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
   if (p.x.numel() == 0) return "empty tensor";
   return try_create([&] { fwd(p.x.shape(), DType::f32, p.axis, p.log); });
 }
 
-void softmax_forward_f16(const SoftmaxForward& p) {
-  SoftmaxForward q = p;
+void softmax_fwd_f16(const SoftmaxFwdProblem& p) {
+  SoftmaxFwdProblem q = p;
   q.x = f32_copy(p.x);
   q.y = f32_empty(p.y.shape(), p.y.device());
-  softmax_forward(q);
+  softmax_fwd(q);
   copy_into(p.y, q.y);
 }
 
-std::string softmax_backward_f16_declines(const SoftmaxBackward& p) {
+std::string softmax_bwd_f16_declines(const SoftmaxBwdProblem& p) {
   if (std::string why = why_not_via_f32(p.y.dtype()); !why.empty()) return why;
   if (p.y.numel() == 0) return "empty tensor";
   return try_create([&] { bwd(p.y.shape(), DType::f32, p.axis, p.log); });
 }
 
-void softmax_backward_f16(const SoftmaxBackward& p) {
-  SoftmaxBackward q = p;
+void softmax_bwd_f16(const SoftmaxBwdProblem& p) {
+  SoftmaxBwdProblem q = p;
   q.y = f32_copy(p.y);
   q.dy = f32_copy(p.dy);
   q.dx = f32_empty(p.dx.shape(), p.dx.device());
-  softmax_backward(q);
+  softmax_bwd(q);
   copy_into(p.dx, q.dx);
 }
 

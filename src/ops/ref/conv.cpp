@@ -3,8 +3,7 @@
 // keep a plane accumulator; backward-weights runs one task per (cout, cin/groups) pair. Inner
 // loops walk contiguous rows (gathers only when the stride is > 1). Results do not depend on the
 // thread count: each output element is summed by one task in a fixed order.
-#include "ops/ref/conv.h"
-#include "mixprec/ops/ops.h"
+#include "ops/ref/kernels.h"
 
 #include <algorithm>
 #include <vector>
@@ -12,7 +11,6 @@
 #include "ops/layout.h"
 
 namespace mixprec::ops::ref {
-using detail::ConvGeometry;
 using detail::ImageLayout;
 
 namespace {
@@ -53,7 +51,7 @@ void store_plane(const Tensor& out, int64_t n, int64_t c, int64_t rows, int64_t 
 }
 
 template <class T>
-void fwd(const detail::ConvFwdProblem& p) {
+void fwd(const ConvFwdProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor xt = dense<C>(p.x), wt = dense<C>(p.w);
@@ -96,7 +94,7 @@ void fwd(const detail::ConvFwdProblem& p) {
 }
 
 template <class T>
-void bwd_data(const detail::ConvBwdDataProblem& p) {
+void bwd_data(const ConvBwdDataProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor dyt = dense<C>(p.dy), wt = dense<C>(p.w);
@@ -137,7 +135,7 @@ void bwd_data(const detail::ConvBwdDataProblem& p) {
 // dw[co, ci, i, j] = sum over n, oy, ox of dy[n, co, oy, ox] * x[n, grp*cin_g + ci, iy, ix];
 // db[co] = sum of dy[n, co]. Row sums use a fixed-width simd reduction (same on every run).
 template <class T>
-void bwd_weights(const detail::ConvBwdWeightsProblem& p) {
+void bwd_weights(const ConvBwdWeightsProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor xt = p.dw.defined() ? dense<C>(p.x) : Tensor(), dyt = dense<C>(p.dy);
@@ -188,13 +186,13 @@ void bwd_weights(const detail::ConvBwdWeightsProblem& p) {
 
 }  // namespace
 
-void conv_fwd(const detail::ConvFwdProblem& p) {
+void conv_fwd(const ConvFwdProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() { fwd<T>(p); });
 }
-void conv_bwd_data(const detail::ConvBwdDataProblem& p) {
+void conv_bwd_data(const ConvBwdDataProblem& p) {
   visit_float(p.dy.dtype(), [&]<class T>() { bwd_data<T>(p); });
 }
-void conv_bwd_weights(const detail::ConvBwdWeightsProblem& p) {
+void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() { bwd_weights<T>(p); });
 }
 

@@ -1,8 +1,8 @@
-// Reference matmul (see matmul.h): per batch, b is widened once into a transposed compute-type
+// Reference matmul (see kernels.h) and sum_rows (matmul_problem.h): per batch, b is widened once into a transposed compute-type
 // panel [N, K]; each output row then loads its a row and takes N sequential dot products in
 // compute_t, adds the bias, applies relu and rounds once into out. Rows are spread over OpenMP
 // threads; one thread owns each output element, so the result is thread-count independent.
-#include "ops/matmul_problem.h"
+#include "ops/ref/kernels.h"
 
 #include <algorithm>
 #include <vector>
@@ -13,17 +13,6 @@
 namespace mixprec::ops {
 
 namespace {
-
-std::string tensor_desc(const Tensor& t) {
-  if (!t.defined()) return "none";
-  std::string s = std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + "{";
-  for (size_t i = 0; i < t.strides().size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(t.strides()[i]);
-  }
-  s += '}';
-  return s;
-}
 
 // Offset (in elements) of batch `bi` of t, whose batch dims are out's or 1.
 int64_t batch_offset(const Tensor& t, const Shape& out_shape, int64_t bi) {
@@ -39,7 +28,7 @@ int64_t batch_offset(const Tensor& t, const Shape& out_shape, int64_t bi) {
 }
 
 template <class T>
-void matmul_ref_typed(const MatmulProblem& p) {
+void matmul_typed(const MatmulProblem& p) {
   using C = compute_t<T>;
   constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
   const Shape& os = p.out.shape();
@@ -85,17 +74,18 @@ void matmul_ref_typed(const MatmulProblem& p) {
 
 }  // namespace
 
-std::string MatmulProblem::describe() const {
-  return tensor_desc(a) + " x " + tensor_desc(b) + (bias.defined() ? " + " + tensor_desc(bias) : "") +
-         " -> " + tensor_desc(out) + (relu ? " relu" : "");
+namespace ref {
+
+void matmul(const MatmulProblem& p) {
+  MIXPREC_ASSERT(p.a.dtype() == p.b.dtype(), "ref::matmul: operand dtypes differ");
+  MIXPREC_ASSERT(p.out.is_contiguous(), "ref::matmul: out must be contiguous");
+  if (p.out.numel() == 0) return;
+  visit_float(p.a.dtype(), [&]<class T>() { matmul_typed<T>(p); });
 }
 
-void matmul_ref(const MatmulProblem& p) {
-  MIXPREC_ASSERT(p.a.dtype() == p.b.dtype(), "matmul_ref: operand dtypes differ");
-  MIXPREC_ASSERT(p.out.is_contiguous(), "matmul_ref: out must be contiguous");
-  if (p.out.numel() == 0) return;
-  visit_float(p.a.dtype(), [&]<class T>() { matmul_ref_typed<T>(p); });
-}
+}  // namespace ref
+
+// ---------------------------------------------------------------- shared (matmul_problem.h)
 
 void sum_rows(const Tensor& g, Tensor& out) {
   MIXPREC_ASSERT(g.dim() == 2 && out.dim() == 1 && out.size(0) == g.size(1) && out.is_contiguous(),

@@ -1,23 +1,14 @@
 // Reference batch and layer normalisation (forward and backward): plain loops that load each
 // element, compute in compute_t<T> (f32 for f32/f16/bf16, f64 for f64) and round the result
 // once. Layer norm's statistics are two-pass (mean, then the mean squared deviation); batch
-// norm's are one shifted pass summed in f64 (batch_norm_statistics). Parallel loops give each channel / row /
-// column block to one thread, so results never depend on the thread count.
-#include "ops/norm_problem.h"
-
+// norm's are one shifted pass summed in f64 (batch_norm_statistics). Parallel loops give each
+// channel / row / column block to one thread, so results never depend on the thread count.
 #include <cmath>
-#include <sstream>
 
-#include "ops/op_common.h"
+#include "ops/ref/kernels.h"
 
-namespace mixprec::ops {
+namespace mixprec::ops::ref {
 namespace {
-
-std::string describe_common(const Tensor& x, const char* mode, double eps) {
-  std::ostringstream s;
-  s << "x " << detail::desc(x) << " strides " << shape_str(x.strides()) << mode << " eps=" << eps;
-  return s.str();
-}
 
 // Element offsets of every (n, spatial...) position of t [N, C, ...], i.e. all dims but dim 1,
 // in row-major order of those dims. Channel c adds c * strides[1].
@@ -41,20 +32,9 @@ const C* cptr(const Tensor& t) { return t.defined() ? static_cast<const C*>(t.da
 
 }  // namespace
 
-std::string BatchNormForward::describe() const {
-  return describe_common(x, training ? " training" : " eval", eps);
-}
-std::string BatchNormBackward::describe() const {
-  return describe_common(x, training ? " training" : " eval", eps);
-}
-std::string LayerNormForward::describe() const { return describe_common(x, "", eps); }
-std::string LayerNormBackward::describe() const { return describe_common(x, "", eps); }
-
-namespace ref {
-
 // ---------------------------------------------------------------- batch norm
 
-void batch_norm_forward(const BatchNormForward& p) {
+void batch_norm_fwd(const BatchNormFwdProblem& p) {
   if (p.training) batch_norm_statistics(p.x, p.mean, p.var);
   visit_float(p.x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
@@ -77,7 +57,7 @@ void batch_norm_forward(const BatchNormForward& p) {
   });
 }
 
-void batch_norm_backward(const BatchNormBackward& p) {
+void batch_norm_bwd(const BatchNormBwdProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
     const std::vector<int64_t> xo = channel_offsets(p.x), go = channel_offsets(p.dy),
@@ -120,7 +100,7 @@ void batch_norm_backward(const BatchNormBackward& p) {
 
 // ---------------------------------------------------------------- layer norm
 
-void layer_norm_forward(const LayerNormForward& p) {
+void layer_norm_fwd(const LayerNormFwdProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
     const int64_t rows = p.x.shape()[0], m = p.x.shape()[1];
@@ -149,7 +129,7 @@ void layer_norm_forward(const LayerNormForward& p) {
   });
 }
 
-void layer_norm_backward(const LayerNormBackward& p) {
+void layer_norm_bwd(const LayerNormBwdProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
     const int64_t rows = p.x.shape()[0], m = p.x.shape()[1];
@@ -199,5 +179,4 @@ void layer_norm_backward(const LayerNormBackward& p) {
   });
 }
 
-}  // namespace ref
-}  // namespace mixprec::ops
+}  // namespace mixprec::ops::ref

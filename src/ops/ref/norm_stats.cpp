@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "mixprec/cpu_features.h"
-#include "ops/op_common.h"
 #include "ops/norm_problem.h"
 
 namespace mixprec::ops {
@@ -163,8 +162,6 @@ void shifted_sums(const T* x, const ChannelBlocks& s, const double* shift, doubl
 
 }  // namespace
 
-namespace ref {
-
 void batch_norm_statistics(const Tensor& x, const Tensor& mean, const Tensor& var) {
   visit_float(x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
@@ -189,5 +186,4 @@ void batch_norm_statistics(const Tensor& x, const Tensor& mean, const Tensor& va
   });
 }
 
-}  // namespace ref
 }  // namespace mixprec::ops

@@ -1,10 +1,8 @@
 // Reference pooling: one OpenMP task per (n, c) plane; each window is read through the
 // tensor's strides (NCHW or channels-last), reduced in the compute type and stored once. The
 // backward accumulates each plane's input gradient on the task that owns it, in a fixed order,
-// so results do not depend on the thread count. Global average pooling has its own kernels at
-// the end: rows converted in chunks and summed with fixed-width simd reductions (NCHW), or
-// accumulated as channel vectors (channels-last); tensors are dense in their layout there.
-#include "ops/ref/pool.h"
+// so results do not depend on the thread count.
+#include "ops/ref/kernels.h"
 
 #include <cmath>
 #include <cstring>
@@ -13,8 +11,6 @@
 #include "mixprec/convert.h"
 
 namespace mixprec::ops::ref {
-using detail::PoolGeometry;
-using detail::PoolKind;
 
 namespace {
 
@@ -79,10 +75,8 @@ Cell argmax(const T* plane, const Strides& s, const Windows& win, int64_t oy, in
 }
 
 // Small problems (gradient checks, tests) run on the calling thread.
-bool worth_threads(const PoolGeometry& g) { return g.n * g.c * g.h * g.w > (1 << 15); }
-
 template <class T>
-void fwd(const detail::PoolFwdProblem& p) {
+void fwd(const PoolFwdProblem& p) {
   using C = compute_t<T>;
   const PoolGeometry& g = p.g;
   const Windows win(g);
@@ -90,7 +84,7 @@ void fwd(const detail::PoolFwdProblem& p) {
   const Strides& ys = p.y.strides();
   const T* x = static_cast<const T*>(p.x.data_ptr());
   T* y = static_cast<T*>(p.y.data_ptr());
-#pragma omp parallel for schedule(static) if (worth_threads(g))
+#pragma omp parallel for schedule(static) if (g.worth_threads())
   for (int64_t task = 0; task < g.n * g.c; ++task) {
     const int64_t n = task / g.c, c = task % g.c;
     const T* xp = x + n * xs[0] + c * xs[1];
@@ -115,7 +109,7 @@ void fwd(const detail::PoolFwdProblem& p) {
 }
 
 template <class T>
-void bwd(const detail::PoolBwdProblem& p) {
+void bwd(const PoolBwdProblem& p) {
   using C = compute_t<T>;
   const PoolGeometry& g = p.g;
   MIXPREC_ASSERT(g.kind != PoolKind::max || p.x.defined(), "max_pool2d backward needs x");
@@ -126,7 +120,7 @@ void bwd(const detail::PoolBwdProblem& p) {
   const T* dy = static_cast<const T*>(p.dy.data_ptr());
   const T* x = p.x.defined() ? static_cast<const T*>(p.x.data_ptr()) : nullptr;
   T* dx = static_cast<T*>(p.dx.data_ptr());
-#pragma omp parallel if (worth_threads(g))
+#pragma omp parallel if (g.worth_threads())
   {
     std::vector<C> acc(static_cast<size_t>(g.h * g.w));
 #pragma omp for schedule(static)
@@ -157,125 +151,12 @@ void bwd(const detail::PoolBwdProblem& p) {
   }
 }
 
-// ---------------------------------------------------------------- global average pooling
-
-constexpr int64_t kRow = 256;
-
-// Sum of n contiguous elements in the compute type with a fixed-width simd reduction; f16 is
-// widened in chunks by the vectorised converters first (its scalar load is slow).
-template <class T>
-compute_t<T> row_sum(const T* p, int64_t n) {
-  using C = compute_t<T>;
-  C total = 0;
-  if constexpr (!std::is_same_v<T, f16>) {
-#pragma omp simd reduction(+ : total)
-    for (int64_t i = 0; i < n; ++i) total += load(p[i]);
-  } else {
-    alignas(64) float buf[kRow];
-    for (int64_t s = 0; s < n; s += kRow) {
-      const int64_t m = std::min(kRow, n - s);
-      convert_row(p + s, dtype_of<T>(), buf, DType::f32, m);
-      C part = 0;
-#pragma omp simd reduction(+ : part)
-      for (int64_t i = 0; i < m; ++i) part += buf[i];
-      total += part;
-    }
-  }
-  return total;
-}
-
-// acc[0, n) += row (widened).
-template <class T>
-void add_row(compute_t<T>* acc, const T* row, int64_t n) {
-  if constexpr (!std::is_same_v<T, f16>) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) acc[i] += load(row[i]);
-  } else {
-    alignas(64) float buf[kRow];
-    for (int64_t s = 0; s < n; s += kRow) {
-      const int64_t m = std::min(kRow, n - s);
-      convert_row(row + s, dtype_of<T>(), buf, DType::f32, m);
-#pragma omp simd
-      for (int64_t i = 0; i < m; ++i) acc[s + i] += buf[i];
-    }
-  }
-}
-
-template <class T>
-void gap_fwd(const detail::PoolFwdProblem& p) {
-  using C = compute_t<T>;
-  const PoolGeometry& g = p.g;
-  const int64_t hw = g.h * g.w;
-  const T* x = static_cast<const T*>(p.x.data_ptr());
-  T* y = static_cast<T*>(p.y.data_ptr());  // [n, c] in either layout
-  if (g.layout == detail::ImageLayout::nchw) {
-#pragma omp parallel for schedule(static) if (worth_threads(g))
-    for (int64_t nc = 0; nc < g.n * g.c; ++nc)
-      y[nc] = store<T>(row_sum(x + nc * hw, hw) / static_cast<C>(hw));
-    return;
-  }
-#pragma omp parallel if (worth_threads(g))
-  {
-    std::vector<C> acc(static_cast<size_t>(g.c));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < g.n; ++n) {
-      std::fill(acc.begin(), acc.end(), C(0));
-      for (int64_t i = 0; i < hw; ++i) add_row(acc.data(), x + (n * hw + i) * g.c, g.c);
-      for (int64_t c = 0; c < g.c; ++c)
-        y[n * g.c + c] = store<T>(acc[static_cast<size_t>(c)] / static_cast<C>(hw));
-    }
-  }
-}
-
-template <class T>
-void gap_bwd(const detail::PoolBwdProblem& p) {
-  using C = compute_t<T>;
-  const PoolGeometry& g = p.g;
-  const int64_t hw = g.h * g.w;
-  const T* dy = static_cast<const T*>(p.dy.data_ptr());  // [n, c] in either layout
-  T* dx = static_cast<T*>(p.dx.data_ptr());
-  const bool nchw = g.layout == detail::ImageLayout::nchw;
-#pragma omp parallel for schedule(static) if (worth_threads(g))
-  for (int64_t n = 0; n < g.n; ++n) {
-    if (nchw) {
-      for (int64_t c = 0; c < g.c; ++c) {
-        const T v = store<T>(load(dy[n * g.c + c]) / static_cast<C>(hw));
-        std::fill(dx + (n * g.c + c) * hw, dx + (n * g.c + c + 1) * hw, v);
-      }
-      continue;
-    }
-    T* first = dx + n * hw * g.c;
-    for (int64_t c = 0; c < g.c; ++c)
-      first[c] = store<T>(load(dy[n * g.c + c]) / static_cast<C>(hw));
-    for (int64_t i = 1; i < hw; ++i)
-      std::memcpy(first + i * g.c, first, static_cast<size_t>(g.c) * sizeof(T));
-  }
-}
-
-bool is_global_avg(const PoolGeometry& g) {
-  return g.kind == PoolKind::avg && !g.adaptive && g.oh == 1 && g.ow == 1 && g.kh == g.h &&
-         g.kw == g.w && g.pad_t == 0 && g.pad_l == 0;
-}
-
 }  // namespace
 
-std::string global_avg_declines(const detail::PoolFwdProblem& p) {
-  return is_global_avg(p.g) ? "" : "not global average pooling";
-}
-std::string global_avg_bwd_declines(const detail::PoolBwdProblem& p) {
-  return is_global_avg(p.g) ? "" : "not global average pooling";
-}
-void global_avg_fwd(const detail::PoolFwdProblem& p) {
-  visit_float(p.x.dtype(), [&]<class T>() { gap_fwd<T>(p); });
-}
-void global_avg_bwd(const detail::PoolBwdProblem& p) {
-  visit_float(p.dy.dtype(), [&]<class T>() { gap_bwd<T>(p); });
-}
-
-void pool_fwd(const detail::PoolFwdProblem& p) {
+void pool_fwd(const PoolFwdProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() { fwd<T>(p); });
 }
-void pool_bwd(const detail::PoolBwdProblem& p) {
+void pool_bwd(const PoolBwdProblem& p) {
   visit_float(p.dy.dtype(), [&]<class T>() { bwd<T>(p); });
 }
 

@@ -3,12 +3,10 @@
 // compute_t<T>; each output rounded once. One thread per outer index: thread-count independent.
 // A row without a finite max is NaN throughout; fill_nan_rows / nan_where_nan repair other
 // kernels' outputs to that rule.
-#include "ops/softmax_problem.h"
-
 #include <cmath>
 #include <limits>
 
-#include "ops/op_common.h"
+#include "ops/ref/kernels.h"
 
 namespace mixprec::ops {
 namespace {
@@ -27,19 +25,11 @@ AxisSplit split(const Shape& s, int64_t axis) {
   return a;
 }
 
-std::string describe_softmax(const Tensor& t, int64_t axis, bool log) {
-  return std::string(log ? "log_softmax " : "softmax ") + detail::desc(t) + " axis " +
-         std::to_string(axis);
-}
-
 }  // namespace
-
-std::string SoftmaxForward::describe() const { return describe_softmax(x, axis, log); }
-std::string SoftmaxBackward::describe() const { return describe_softmax(y, axis, log); }
 
 namespace ref {
 
-void softmax_forward(const SoftmaxForward& p) {
+void softmax_fwd(const SoftmaxFwdProblem& p) {
   const AxisSplit a = split(p.x.shape(), p.axis);
   if (a.n == 0) return;
   visit_float(p.x.dtype(), [&]<class T>() {
@@ -78,7 +68,7 @@ void softmax_forward(const SoftmaxForward& p) {
   });
 }
 
-void softmax_backward(const SoftmaxBackward& p) {
+void softmax_bwd(const SoftmaxBwdProblem& p) {
   const AxisSplit a = split(p.y.shape(), p.axis);
   if (a.n == 0) return;
   visit_float(p.y.dtype(), [&]<class T>() {
@@ -103,6 +93,10 @@ void softmax_backward(const SoftmaxBackward& p) {
     }
   });
 }
+
+}  // namespace ref
+
+// ---------------------------------------------------------------- shared (softmax_problem.h)
 
 namespace {
 // True when any element of t (contiguous) is NaN.
@@ -145,5 +139,4 @@ void nan_where_nan(const Tensor& y, const Tensor& dx) {
   });
 }
 
-}  // namespace ref
 }  // namespace mixprec::ops

@@ -1,0 +1,42 @@
+// The cpu backend: our own vector kernels for shapes where they beat oneDNN 2.6 (or where it
+// has none), registered ahead of oneDNN (see register.cpp). Each declines, with the reason,
+// every problem outside its niche. Problems and their invariants: ops/<family>_problem.h.
+// Also ours, but not dispatched kernels: the elementwise engine (cpu/elementwise.h).
+#pragma once
+
+#include <string>
+
+#include "ops/conv_problem.h"
+#include "ops/pool_problem.h"
+
+namespace mixprec::ops::cpu {
+
+// conv_direct.cpp: single-input-channel convolutions with at most 8 output channels (LeNet's
+// first conv), forward and backward-weights, f32 register accumulation, channels-last output.
+std::string conv_direct_c1_fwd_declines(const ConvFwdProblem& p);
+void conv_direct_c1_fwd(const ConvFwdProblem& p);
+std::string conv_direct_c1_bwd_weights_declines(const ConvBwdWeightsProblem& p);
+void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& p);
+
+// conv_im2col.cpp: im2col + GEMM (through dispatch, gemm_into) for convolutions with a small
+// reduction (cin * kh * kw <= 64, one group).
+std::string conv_im2col_fwd_declines(const ConvFwdProblem& p);
+void conv_im2col_fwd(const ConvFwdProblem& p);
+std::string conv_im2col_bwd_data_declines(const ConvBwdDataProblem& p);
+void conv_im2col_bwd_data(const ConvBwdDataProblem& p);
+std::string conv_im2col_bwd_weights_declines(const ConvBwdWeightsProblem& p);
+void conv_im2col_bwd_weights(const ConvBwdWeightsProblem& p);
+
+// pool_global_avg.cpp: global average pooling (kernel = the whole input, no padding).
+std::string pool_global_avg_fwd_declines(const PoolFwdProblem& p);
+void pool_global_avg_fwd(const PoolFwdProblem& p);
+std::string pool_global_avg_bwd_declines(const PoolBwdProblem& p);
+void pool_global_avg_bwd(const PoolBwdProblem& p);
+
+// pool_max_nhwc.cpp: channels-last max pooling of f32/bf16/f16, with a u8 argmax workspace.
+std::string pool_max_nhwc_fwd_declines(const PoolFwdProblem& p);
+void pool_max_nhwc_fwd(const PoolFwdProblem& p);
+std::string pool_max_nhwc_bwd_declines(const PoolBwdProblem& p);
+void pool_max_nhwc_bwd(const PoolBwdProblem& p);
+
+}  // namespace mixprec::ops::cpu

@@ -1,0 +1,33 @@
+// The cpu backend's kernels, each in the place dispatch tries it: the whole backend comes before
+// onednn and ref (MIXPREC_OPS_BACKENDS), so these niche kernels get first refusal.
+#include "ops/cpu/kernels.h"
+#include "ops/dispatch.h"
+
+namespace mixprec::ops {
+
+void register_cpu_kernels() {
+  constexpr Device::Type kCpu = Device::Type::cpu;
+  register_kernel<ConvFwdProblem>(
+      {"direct_c1", kCpu, cpu::conv_direct_c1_fwd_declines, cpu::conv_direct_c1_fwd});
+  register_kernel<ConvFwdProblem>(
+      {"im2col_gemm", kCpu, cpu::conv_im2col_fwd_declines, cpu::conv_im2col_fwd});
+  register_kernel<ConvBwdDataProblem>(
+      {"im2col_gemm", kCpu, cpu::conv_im2col_bwd_data_declines, cpu::conv_im2col_bwd_data});
+  register_kernel<ConvBwdWeightsProblem>({"direct_c1", kCpu,
+                                          cpu::conv_direct_c1_bwd_weights_declines,
+                                          cpu::conv_direct_c1_bwd_weights});
+  register_kernel<ConvBwdWeightsProblem>({"im2col_gemm", kCpu,
+                                          cpu::conv_im2col_bwd_weights_declines,
+                                          cpu::conv_im2col_bwd_weights});
+
+  register_kernel<PoolFwdProblem>(
+      {"global_avg", kCpu, cpu::pool_global_avg_fwd_declines, cpu::pool_global_avg_fwd});
+  register_kernel<PoolFwdProblem>(
+      {"nhwc_max", kCpu, cpu::pool_max_nhwc_fwd_declines, cpu::pool_max_nhwc_fwd});
+  register_kernel<PoolBwdProblem>(
+      {"global_avg", kCpu, cpu::pool_global_avg_bwd_declines, cpu::pool_global_avg_bwd});
+  register_kernel<PoolBwdProblem>(
+      {"nhwc_max", kCpu, cpu::pool_max_nhwc_bwd_declines, cpu::pool_max_nhwc_bwd});
+}
+
+}  // namespace mixprec::ops

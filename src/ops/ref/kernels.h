@@ -1,0 +1,40 @@
+// The reference backend: plain loops for every float dtype and every problem, the test oracle
+// and the fallback for whatever the fast kernels decline (registered last, see register.cpp).
+// Loads widen to compute_t (f32 for f32/f16/bf16, f64 for f64), each output is accumulated in
+// one fixed order by one thread and rounded once, so results do not depend on the thread count.
+// Problems and their invariants: ops/<family>_problem.h.
+#pragma once
+
+#include "ops/conv_problem.h"
+#include "ops/matmul_problem.h"
+#include "ops/norm_problem.h"
+#include "ops/pool_problem.h"
+#include "ops/softmax_problem.h"
+
+namespace mixprec::ops::ref {
+
+// matmul.cpp: per batch, b widened once into a transposed panel; sequential dot products.
+void matmul(const MatmulProblem& p);
+
+// conv.cpp: direct loops over compute-type NCHW copies of the operands.
+void conv_fwd(const ConvFwdProblem& p);
+void conv_bwd_data(const ConvBwdDataProblem& p);
+void conv_bwd_weights(const ConvBwdWeightsProblem& p);
+
+// pool.cpp: max (the first maximal element of a window in row-major order; a NaN wins; the
+// backward recomputes that argmax from the saved input, so it needs no workspace), average and
+// adaptive average pooling.
+void pool_fwd(const PoolFwdProblem& p);
+void pool_bwd(const PoolBwdProblem& p);
+
+// norm.cpp: batch norm (statistics from batch_norm_statistics) and layer norm (two-pass).
+void batch_norm_fwd(const BatchNormFwdProblem& p);
+void batch_norm_bwd(const BatchNormBwdProblem& p);
+void layer_norm_fwd(const LayerNormFwdProblem& p);
+void layer_norm_bwd(const LayerNormBwdProblem& p);
+
+// softmax.cpp: max first, then the sum of exp(x - max); rows without a distribution are NaN.
+void softmax_fwd(const SoftmaxFwdProblem& p);
+void softmax_bwd(const SoftmaxBwdProblem& p);
+
+}  // namespace mixprec::ops::ref

@@ -1,0 +1,24 @@
+// The reference backend's kernels: one per problem type, accepting everything on the CPU. The
+// backend is registered last (MIXPREC_OPS_BACKENDS), so it runs what every other kernel declines.
+#include "ops/dispatch.h"
+#include "ops/ref/kernels.h"
+
+namespace mixprec::ops {
+
+void register_ref_kernels() {
+  constexpr Device::Type kCpu = Device::Type::cpu;
+  register_kernel<MatmulProblem>({"ref", kCpu, accept_all, ref::matmul});
+  register_kernel<ConvFwdProblem>({"ref", kCpu, accept_all, ref::conv_fwd});
+  register_kernel<ConvBwdDataProblem>({"ref", kCpu, accept_all, ref::conv_bwd_data});
+  register_kernel<ConvBwdWeightsProblem>({"ref", kCpu, accept_all, ref::conv_bwd_weights});
+  register_kernel<PoolFwdProblem>({"ref", kCpu, accept_all, ref::pool_fwd});
+  register_kernel<PoolBwdProblem>({"ref", kCpu, accept_all, ref::pool_bwd});
+  register_kernel<BatchNormFwdProblem>({"ref", kCpu, accept_all, ref::batch_norm_fwd});
+  register_kernel<BatchNormBwdProblem>({"ref", kCpu, accept_all, ref::batch_norm_bwd});
+  register_kernel<LayerNormFwdProblem>({"ref", kCpu, accept_all, ref::layer_norm_fwd});
+  register_kernel<LayerNormBwdProblem>({"ref", kCpu, accept_all, ref::layer_norm_bwd});
+  register_kernel<SoftmaxFwdProblem>({"ref", kCpu, accept_all, ref::softmax_fwd});
+  register_kernel<SoftmaxBwdProblem>({"ref", kCpu, accept_all, ref::softmax_bwd});
+}
+
+}  // namespace mixprec::ops
