@@ -1,7 +1,13 @@
-// NCHW / channels-last detection, allocation and conversion (see layout.h).
+// NCHW / channels-last detection, allocation and conversion, and the f32 copies of dense
+// tensors that low_via_f32 works on (see layout.h).
 #include "ops/layout.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "core/strided_copy.h"
+#include "mixprec/convert.h"
 
 namespace mixprec::ops::detail {
 
@@ -43,6 +49,39 @@ Tensor to_image(const Tensor& x, ImageLayout layout, DType dtype) {
   Tensor out = empty_image(x.shape(), dtype, layout, x.device());
   mixprec::detail::strided_copy(x, out);
   return out;
+}
+
+bool fills_its_span(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims larger than 1
+  for (size_t d = 0; d < t.shape().size(); ++d)
+    if (t.shape()[d] != 1) dims.emplace_back(t.strides()[d], t.shape()[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
+
+Tensor empty_f32_like(const Tensor& t) {
+  if (t.numel() == 0 || !fills_its_span(t))
+    return Tensor::empty(t.shape(), {.dtype = DType::f32, .device = t.device()});
+  auto storage = Storage::allocate(static_cast<size_t>(t.numel()) * sizeof(float), t.device());
+  return Tensor::from_storage(std::move(storage), t.shape(), t.strides(), 0, DType::f32);
+}
+
+Tensor widen_to_f32(const Tensor& t) {
+  Tensor out = empty_f32_like(t);
+  round_into(t, out);  // exact: every 16-bit float is an f32
+  return out;
+}
+
+void round_into(const Tensor& src, const Tensor& dst) {
+  if (src.strides() == dst.strides() && fills_its_span(src))
+    convert_row(src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), src.numel());
+  else
+    mixprec::detail::strided_copy(src, dst);
 }
 
 }  // namespace mixprec::ops::detail

@@ -83,4 +83,15 @@ inline Tensor with_strides(const Tensor& t, const Strides& strides) {
   return out;
 }
 
+// True if t's elements fill [data_ptr, data_ptr + numel) exactly once, in any dim order (a
+// permuted packed tensor, e.g. the transposed view W^T of a packed W, or a channels-last image).
+bool fills_its_span(const Tensor& t);
+// t as f32 with t's strides when it fills its span (one vectorised conversion of the span),
+// else a contiguous f32 copy.
+Tensor widen_to_f32(const Tensor& t);
+// An uninitialised f32 tensor with t's shape, and t's strides when it fills its span.
+Tensor empty_f32_like(const Tensor& t);
+// dst = src rounded once into dst's dtype; same shape (strides may differ).
+void round_into(const Tensor& src, const Tensor& dst);
+
 }  // namespace mixprec::ops::detail

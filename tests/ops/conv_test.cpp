@@ -97,7 +97,7 @@ ConvRun run_conv(const V& in, const Conv2dOptions& o, std::string_view impl, Ten
   return {y.detach(), g[0], g[1], g[2]};
 }
 
-// f32 natively; f16 always and bf16 without AVX-512 through the f32 emulation (f16_via_f32).
+// f32 natively; f16 always and bf16 without AVX-512 through the f32 emulation (low_via_f32).
 bool onednn_computes(DType d) {
 #if MIXPREC_WITH_ONEDNN
   return d == DType::f32 || d == DType::f16 || d == DType::bf16;
@@ -255,7 +255,7 @@ TEST(Conv2d, FastPathsMatchReference) {
 TEST(Conv2d, Bf16RunsOnAFastPathWhereverF32Does) {
 #if MIXPREC_WITH_ONEDNN
   auto fast_impl = [](const V& in, const Conv2dOptions& o) -> std::string {
-    for (const char* impl : {"direct_c1", "im2col_gemm", "onednn", "f16_via_f32"}) {
+    for (const char* impl : {"direct_c1", "im2col_gemm", "onednn", "low_via_f32"}) {
       try {
         (void)run_conv(in, o, impl);
         return impl;
@@ -270,7 +270,7 @@ TEST(Conv2d, Bf16RunsOnAFastPathWhereverF32Does) {
     const V in = case_inputs(c, 61, DType::bf16);
     const std::string impl = fast_impl(in, c.o);
     ASSERT_FALSE(impl.empty()) << c.name << ": bf16 would run in the reference kernel";
-    if (impl == "f16_via_f32") ++emulated;
+    if (impl == "low_via_f32") ++emulated;
     const ConvRun fast = run_conv(in, c.o, impl);
     const ConvRun ref = run_conv(in, c.o, "ref");
     EXPECT_TRUE(runs_close(fast, ref, testing::tolerance_for(DType::bf16), {1e-4, 1e-4})) << c.name << " " << impl;

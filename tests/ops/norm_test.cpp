@@ -432,7 +432,9 @@ TEST(LayerNorm, OneDnnMatchesReference) {
     ops::LayerNormFwdProblem f{.x = x.reshape({24, 48}), .gamma = gamma, .beta = beta,
                             .y = Tensor::empty({24, 48}, {.dtype = d}), .mean = zeros({24}),
                             .var = zeros({24})};
-    if (MIXPREC_WITH_ONEDNN) EXPECT_NE(testing::chosen_kernel(f), "ref") << dtype_name(d);
+    if (MIXPREC_WITH_ONEDNN) {
+      EXPECT_NE(testing::chosen_kernel(f), "ref") << dtype_name(d);
+    }
     NormRun runs[2];
     for (int k = 0; k < 2; ++k) {
       ops::ForceImpl force(k == 0 ? "" : "ref");

@@ -26,7 +26,7 @@ dnnl::memory::data_type data_type(DType d);
 // (oneDNN emulates bf16 on AVX512-F and runs it natively on AVX512-BF16 / AMX).
 bool computes_in(DType d);
 std::string why_not_computes_in(DType d);  // "" if computes_in(d)
-// "" when a `d` problem runs through the f32 emulation (widen, compute in f32, round the output
+// "" when a `d` problem runs through low_via_f32 (widen, compute in f32, round the output
 // once): f16 always (no f16 primitives), bf16 where oneDNN cannot compute in it (AVX2 CPUs).
 std::string why_not_via_f32(DType d);
 

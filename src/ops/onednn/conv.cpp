@@ -1,5 +1,5 @@
 // oneDNN convolution: forward (bias and ReLU fused as a post-op), backward-data and
-// backward-weights (f32 diff weights/bias for bf16 inputs), plus the f16 emulation through f32.
+// backward-weights (f32 diff weights/bias for bf16 inputs).
 // Activations (x, y, dy, dx) are described with their exact strides, so NCHW and channels-last
 // tensors go in without a reorder. Weights are handed over as format `any`: oneDNN's fast
 // kernels (brgconv, jit, AMX) want them blocked, and with plain weights it falls back to its
@@ -20,8 +20,7 @@ using dnnl::memory;
 
 namespace {
 
-// What a primitive needs to know of a tensor. The f16 emulation describes its f32 copies
-// (spec_f32) before it makes them (as_f32), so that its `declines` can ask oneDNN first.
+// What a primitive needs to know of a tensor (its key and memory descriptor).
 struct Spec {
   Shape shape;
   Strides strides;
@@ -31,17 +30,6 @@ struct Spec {
 
 Spec spec(const Tensor& t) {
   return t.defined() ? Spec{t.shape(), t.strides(), t.dtype(), true} : Spec{};
-}
-Spec spec_f32(const Tensor& t) {
-  if (!t.defined()) return {};
-  const Strides s = t.dim() == 4 ? detail::image_strides(t.shape(), detail::layout_of(t))
-                                 : contiguous_strides(t.shape());
-  return {t.shape(), s, DType::f32, true};
-}
-Tensor as_f32(const Tensor& t) {
-  if (!t.defined()) return t;
-  if (t.dim() == 4) return detail::to_image(t, detail::layout_of(t), DType::f32);
-  return amp_cast(t, DType::f32).contiguous();
 }
 
 void key_spec(std::string& k, const Spec& s) {
@@ -274,7 +262,7 @@ void run_bwd_weights(const BwdWeightsEntry& e, const Tensor& x, const Tensor& dy
 }
 
 std::string dtype_reason(DType d) {
-  return why_not_via_f32(d).empty() ? std::string(dtype_name(d)) + " runs through the f16_via_f32 emulation"
+  return why_not_via_f32(d).empty() ? std::string(dtype_name(d)) + " runs through low_via_f32"
                                      : why_not_computes_in(d);
 }
 
@@ -306,40 +294,6 @@ std::string conv_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
 void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
   run_bwd_weights(*bwd_weights_entry(spec(p.x), spec(p.dy), spec(p.dw), spec(p.db), p.g), p.x, p.dy,
                   p.dw, p.db);
-}
-
-// ---------------------------------------------------------------- f16 (and bf16 on AVX2) through f32
-
-std::string conv_fwd_f16_declines(const ConvFwdProblem& p) {
-  if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
-  return fwd_entry(spec_f32(p.x), spec_f32(p.w), spec_f32(p.b), spec_f32(p.y), p.g, p.relu)->error;
-}
-void conv_fwd_f16(const ConvFwdProblem& p) {
-  const Tensor y = detail::empty_image(p.y.shape(), DType::f32, detail::layout_of(p.y));
-  run_fwd(*fwd_entry(spec_f32(p.x), spec_f32(p.w), spec_f32(p.b), spec_f32(p.y), p.g, p.relu),
-          as_f32(p.x), as_f32(p.w), as_f32(p.b), y);
-  mixprec::detail::strided_copy(y, p.y);  // one rounding to f16; beyond 65504 becomes inf
-}
-
-std::string conv_bwd_data_f16_declines(const ConvBwdDataProblem& p) {
-  if (std::string why = why_not_via_f32(p.dy.dtype()); !why.empty()) return why;
-  return bwd_data_entry(spec_f32(p.dx), spec_f32(p.w), spec_f32(p.dy), p.g)->error;
-}
-void conv_bwd_data_f16(const ConvBwdDataProblem& p) {
-  const Tensor dx = detail::empty_image(p.dx.shape(), DType::f32, detail::layout_of(p.dx));
-  run_bwd_data(*bwd_data_entry(spec_f32(p.dx), spec_f32(p.w), spec_f32(p.dy), p.g), as_f32(p.dy),
-               as_f32(p.w), dx);
-  mixprec::detail::strided_copy(dx, p.dx);
-}
-
-std::string conv_bwd_weights_f16_declines(const ConvBwdWeightsProblem& p) {
-  if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
-  if (!p.dw.defined()) return "only the bias gradient is needed";
-  return bwd_weights_entry(spec_f32(p.x), spec_f32(p.dy), spec(p.dw), spec(p.db), p.g)->error;
-}
-void conv_bwd_weights_f16(const ConvBwdWeightsProblem& p) {
-  run_bwd_weights(*bwd_weights_entry(spec_f32(p.x), spec_f32(p.dy), spec(p.dw), spec(p.db), p.g),
-                  as_f32(p.x), as_f32(p.dy), p.dw, p.db);
 }
 
 }  // namespace mixprec::ops::onednn

@@ -4,7 +4,8 @@
 // strides (a transposed operand or a channels-last image is described, never copied); each
 // `declines` builds and caches the primitive (per thread, context.h) and returns oneDNN's own
 // reason when it cannot, or when oneDNN would only run its reference kernel. Built only with
-// MIXPREC_WITH_ONEDNN. Problems and their invariants: ops/<family>_problem.h.
+// MIXPREC_WITH_ONEDNN. Problems and their invariants: ops/<family>_problem.h. f16, and bf16 on
+// CPUs without AVX-512, run through the f32 kernels below (low_via_f32, see register.cpp).
 #pragma once
 
 #include <string>
@@ -63,28 +64,5 @@ std::string softmax_fwd_declines(const SoftmaxFwdProblem& p);
 void softmax_fwd(const SoftmaxFwdProblem& p);
 std::string softmax_bwd_declines(const SoftmaxBwdProblem& p);
 void softmax_bwd(const SoftmaxBwdProblem& p);
-
-// f16 (and bf16 where oneDNN cannot compute in it) through the f32 kernels above: widen, run,
-// round the outputs once (an exact emulation of a 16-bit accelerator, not faster).
-std::string matmul_f16_via_f32_declines(const MatmulProblem& p);
-void matmul_f16_via_f32(const MatmulProblem& p);
-std::string conv_fwd_f16_declines(const ConvFwdProblem& p);
-void conv_fwd_f16(const ConvFwdProblem& p);
-std::string conv_bwd_data_f16_declines(const ConvBwdDataProblem& p);
-void conv_bwd_data_f16(const ConvBwdDataProblem& p);
-std::string conv_bwd_weights_f16_declines(const ConvBwdWeightsProblem& p);
-void conv_bwd_weights_f16(const ConvBwdWeightsProblem& p);
-std::string batch_norm_fwd_f16_declines(const BatchNormFwdProblem& p);
-void batch_norm_fwd_f16(const BatchNormFwdProblem& p);
-std::string batch_norm_bwd_f16_declines(const BatchNormBwdProblem& p);
-void batch_norm_bwd_f16(const BatchNormBwdProblem& p);
-std::string layer_norm_fwd_f16_declines(const LayerNormFwdProblem& p);
-void layer_norm_fwd_f16(const LayerNormFwdProblem& p);
-std::string layer_norm_bwd_f16_declines(const LayerNormBwdProblem& p);
-void layer_norm_bwd_f16(const LayerNormBwdProblem& p);
-std::string softmax_fwd_f16_declines(const SoftmaxFwdProblem& p);
-void softmax_fwd_f16(const SoftmaxFwdProblem& p);
-std::string softmax_bwd_f16_declines(const SoftmaxBwdProblem& p);
-void softmax_bwd_f16(const SoftmaxBwdProblem& p);
 
 }  // namespace mixprec::ops::onednn

@@ -10,7 +10,6 @@
 
 #include "mixprec/convert.h"
 #include "ops/onednn/context.h"
-#include "ops/ref/kernels.h"
 
 namespace mixprec::ops::onednn {
 
@@ -104,49 +103,6 @@ void matmul(const MatmulProblem& p) {
       {DNNL_ARG_DST, mem(e->pd.dst_desc(), p.out.data_ptr())}};
   if (p.bias.defined()) args.emplace(DNNL_ARG_BIAS, mem(e->pd.bias_desc(), p.bias.data_ptr()));
   execute(e->prim, args);
-}
-
-std::string matmul_f16_via_f32_declines(const MatmulProblem& p) {
-  return why_not_via_f32(p.a.dtype());
-}
-
-namespace {
-
-// True if t's elements fill [data_ptr, data_ptr + numel) exactly once (a permuted packed
-// tensor, e.g. the transposed view W^T of a packed W).
-bool dense(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims larger than 1
-  for (size_t d = 0; d < t.shape().size(); ++d)
-    if (t.shape()[d] != 1) dims.emplace_back(t.strides()[d], t.shape()[d]);
-  std::sort(dims.begin(), dims.end());
-  int64_t expect = 1;
-  for (auto [stride, size] : dims) {
-    if (stride != expect) return false;
-    expect *= size;
-  }
-  return true;
-}
-
-// t in f32, keeping its strides when it is dense (one vectorised conversion, no transpose).
-Tensor widen(const Tensor& t) {
-  if (!t.defined() || t.dtype() == DType::f32) return t;
-  if (t.numel() == 0 || !dense(t)) return amp_cast(t.detach(), DType::f32);
-  const int64_t n = t.numel();
-  auto storage = Storage::allocate(static_cast<size_t>(n) * sizeof(float), t.device());
-  convert_row(t.data_ptr(), t.dtype(), storage->data(), DType::f32, n);
-  return Tensor::from_storage(storage, t.shape(), t.strides(), 0, DType::f32);
-}
-
-}  // namespace
-
-void matmul_f16_via_f32(const MatmulProblem& p) {
-  MatmulProblem q{widen(p.a), widen(p.b), widen(p.bias), p.out, p.relu};
-  if (p.out.dtype() != DType::f32)
-    q.out = Tensor::empty(p.out.shape(), {.dtype = DType::f32, .device = p.out.device()});
-  if (matmul_declines(q).empty()) matmul(q);
-  else ref::matmul(q);
-  if (!q.out.same(p.out))
-    convert_row(q.out.data_ptr(), DType::f32, p.out.data_ptr(), p.out.dtype(), p.out.numel());
 }
 
 std::string matmul_impl_name(const MatmulProblem& p) {

@@ -3,7 +3,6 @@
 // batch_norm_statistics) and layer normalisation over [rows, M]; f32 and bf16 data, f32
 // parameters and statistics. x, y, dy, dx share one dense layout (NCHW or channels-last), so
 // the memory descriptors come straight from the tensors' strides and nothing is reordered.
-// f16 runs through the f32 primitives on converted copies (an exact emulation, not faster).
 #include "ops/onednn/kernels.h"
 
 #include <bit>
@@ -31,19 +30,6 @@ std::string norm_key(const char* what, const Shape& shape, const Strides& stride
   return k;
 }
 
-// A dense f32 copy of t with t's strides (the f16 emulation).
-Tensor f32_copy(const Tensor& t) {
-  Tensor out = detail::empty_strided(t.shape(), t.strides(), DType::f32, t.device());
-  out.copy_(t);
-  return out;
-}
-Tensor f32_empty_like(const Tensor& t) {
-  return detail::empty_strided(t.shape(), t.strides(), DType::f32, t.device());
-}
-void copy_into(const Tensor& dst, const Tensor& src) {
-  Tensor d = dst;
-  d.copy_(src);
-}
 
 template <class Fn>
 std::string try_create(Fn&& fn) {
@@ -151,10 +137,6 @@ std::shared_ptr<LnBwd> ln_bwd(int64_t rows, int64_t m, DType dt, double eps) {
 // buffer stands in, rather than carrying beta into the backward.
 dnnl::memory shift_placeholder(const Tensor& gamma) { return mem(gamma); }
 
-std::string not_via_f32(const Tensor& x) {
-  return why_not_via_f32(x.dtype());
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- batch norm
@@ -196,33 +178,6 @@ void batch_norm_bwd(const BatchNormBwdProblem& p) {
                         {DNNL_ARG_DIFF_SHIFT, mem(p.dbeta)}});
 }
 
-std::string batch_norm_fwd_f16_declines(const BatchNormFwdProblem& p) {
-  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
-  return try_create([&] { bn_fwd(p.x.shape(), p.x.strides(), DType::f32, p.eps); });
-}
-
-void batch_norm_fwd_f16(const BatchNormFwdProblem& p) {
-  BatchNormFwdProblem q = p;
-  q.x = f32_copy(p.x);
-  q.y = f32_empty_like(p.y);
-  batch_norm_fwd(q);
-  copy_into(p.y, q.y);
-}
-
-std::string batch_norm_bwd_f16_declines(const BatchNormBwdProblem& p) {
-  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
-  return try_create([&] { bn_bwd(p.x.shape(), p.x.strides(), DType::f32, p.training, p.eps); });
-}
-
-void batch_norm_bwd_f16(const BatchNormBwdProblem& p) {
-  BatchNormBwdProblem q = p;
-  q.x = f32_copy(p.x);
-  q.dy = f32_copy(p.dy);
-  q.dx = f32_empty_like(p.dx);
-  batch_norm_bwd(q);
-  copy_into(p.dx, q.dx);
-}
-
 // ---------------------------------------------------------------- layer norm
 
 std::string layer_norm_fwd_declines(const LayerNormFwdProblem& p) {
@@ -256,33 +211,6 @@ void layer_norm_bwd(const LayerNormBwdProblem& p) {
                         {DNNL_ARG_DIFF_SRC, mem(k->pd.diff_src_desc(), p.dx.data_ptr())},
                         {DNNL_ARG_DIFF_SCALE, mem(p.dgamma)},
                         {DNNL_ARG_DIFF_SHIFT, mem(p.dbeta)}});
-}
-
-std::string layer_norm_fwd_f16_declines(const LayerNormFwdProblem& p) {
-  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
-  return try_create([&] { ln_fwd(p.x.shape()[0], p.x.shape()[1], DType::f32, p.eps); });
-}
-
-void layer_norm_fwd_f16(const LayerNormFwdProblem& p) {
-  LayerNormFwdProblem q = p;
-  q.x = f32_copy(p.x);
-  q.y = f32_empty_like(p.y);
-  layer_norm_fwd(q);
-  copy_into(p.y, q.y);
-}
-
-std::string layer_norm_bwd_f16_declines(const LayerNormBwdProblem& p) {
-  if (std::string why = not_via_f32(p.x); !why.empty()) return why;
-  return try_create([&] { ln_bwd(p.x.shape()[0], p.x.shape()[1], DType::f32, p.eps); });
-}
-
-void layer_norm_bwd_f16(const LayerNormBwdProblem& p) {
-  LayerNormBwdProblem q = p;
-  q.x = f32_copy(p.x);
-  q.dy = f32_copy(p.dy);
-  q.dx = f32_empty_like(p.dx);
-  layer_norm_bwd(q);
-  copy_into(p.dx, q.dx);
 }
 
 }  // namespace mixprec::ops::onednn

@@ -1,7 +1,7 @@
 // oneDNN softmax / log-softmax over one axis of a contiguous tensor (softmax_v2: the accurate
 // algorithm subtracts the max; bf16 accumulates in f32 inside oneDNN). Primitives are cached
-// per shape, dtype, axis and algorithm. f16 goes through the f32 primitive on converted copies.
-// Rows without a distribution are made NaN throughout, as the reference does (ref/softmax.h).
+// per shape, dtype, axis and algorithm. Rows without a distribution are made NaN throughout, as
+// the reference does (softmax_problem.h).
 #include "ops/onednn/kernels.h"
 
 #include "ops/onednn/context.h"
@@ -68,16 +68,6 @@ std::string try_create(Fn&& fn) {
   return "";
 }
 
-Tensor f32_empty(const Shape& s, Device d) { return Tensor::empty(s, {.dtype = DType::f32, .device = d}); }
-Tensor f32_copy(const Tensor& t) {
-  Tensor out = f32_empty(t.shape(), t.device());
-  out.copy_(t);
-  return out;
-}
-void copy_into(const Tensor& dst, const Tensor& src) {
-  Tensor d = dst;
-  d.copy_(src);
-}
 
 }  // namespace
 
@@ -106,35 +96,6 @@ void softmax_bwd(const SoftmaxBwdProblem& p) {
                         {DNNL_ARG_DIFF_DST, mem(k->pd.diff_dst_desc(), p.dy.data_ptr())},
                         {DNNL_ARG_DIFF_SRC, mem(k->pd.diff_src_desc(), p.dx.data_ptr())}});
   if (p.log) nan_where_nan(p.y, p.dx);  // the jit backward's exp(NaN) is 3.4e38
-}
-
-std::string softmax_fwd_f16_declines(const SoftmaxFwdProblem& p) {
-  if (std::string why = why_not_via_f32(p.x.dtype()); !why.empty()) return why;
-  if (p.x.numel() == 0) return "empty tensor";
-  return try_create([&] { fwd(p.x.shape(), DType::f32, p.axis, p.log); });
-}
-
-void softmax_fwd_f16(const SoftmaxFwdProblem& p) {
-  SoftmaxFwdProblem q = p;
-  q.x = f32_copy(p.x);
-  q.y = f32_empty(p.y.shape(), p.y.device());
-  softmax_fwd(q);
-  copy_into(p.y, q.y);
-}
-
-std::string softmax_bwd_f16_declines(const SoftmaxBwdProblem& p) {
-  if (std::string why = why_not_via_f32(p.y.dtype()); !why.empty()) return why;
-  if (p.y.numel() == 0) return "empty tensor";
-  return try_create([&] { bwd(p.y.shape(), DType::f32, p.axis, p.log); });
-}
-
-void softmax_bwd_f16(const SoftmaxBwdProblem& p) {
-  SoftmaxBwdProblem q = p;
-  q.y = f32_copy(p.y);
-  q.dy = f32_copy(p.dy);
-  q.dx = f32_empty(p.dx.shape(), p.dx.device());
-  softmax_bwd(q);
-  copy_into(p.dx, q.dx);
 }
 
 }  // namespace mixprec::ops::onednn
