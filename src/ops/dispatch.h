@@ -69,7 +69,8 @@ std::span<const Impl<Problem>> kernels() {
 
 int verbose_level();  // MIXPREC_VERBOSE, read once
 
-// Forces the implementation named `name` for every op on this thread while alive.
+// Forces the implementation named `name` for every op on this thread while alive, in every
+// problem type that has a kernel of that name (the others dispatch as usual).
 class ForceImpl {
  public:
   explicit ForceImpl(std::string_view name);
@@ -98,10 +99,16 @@ std::string desc_with_strides(const Tensor& t);
 // Runs the first kernel registered for Problem that accepts p (see the top of this file).
 template <class Problem>
 void dispatch(OpId op, std::string_view phase, const Problem& p) {
-  const std::string_view forced = forced_impl();
+  const std::span<const Impl<Problem>> impls = kernels<Problem>();
+  std::string_view forced = forced_impl();
+  if (!forced.empty()) {
+    bool known = false;
+    for (const Impl<Problem>& impl : impls) known = known || impl.name == forced;
+    if (!known) forced = {};
+  }
   const bool verbose = verbose_level() > 0;
   std::string declined;
-  for (const Impl<Problem>& impl : kernels<Problem>()) {
+  for (const Impl<Problem>& impl : impls) {
     std::string reason;
     if (impl.device != p.device().type) reason = "wrong device";
     else if (!forced.empty() && impl.name != forced) reason = "not the forced implementation";

@@ -2,14 +2,25 @@
 // one-hot / soft float labels), nll_loss and mse_loss, each with reduction none / mean / sum.
 // They compute in f32 (f64 for f64 inputs) and return acc_dtype(input): at O2 the output is
 // NOT cast back to the low dtype (the loss stays fp32). Labels are validated here with errors
-// that name the bad label and the class count. Kernels: ops/ref/loss.* (the only ones).
-#include "ops/ref/loss.h"
-
-#include "ops/op_common.h"
+// that name the bad label and the class count. Problems and kernels: loss_problem.h.
+#include "ops/dispatch.h"
 #include "ops/layout.h"
+#include "ops/loss_problem.h"
+#include "ops/op_common.h"
 
 namespace mixprec::ops {
 using namespace detail;
+
+std::string CrossEntropyFwdProblem::describe() const {
+  return desc(logits) + (sparse ? " labels " : " soft labels ") + desc(labels);
+}
+std::string CrossEntropyBwdProblem::describe() const {
+  return desc(logits) + (sparse ? " labels " : " soft labels ") + desc(labels) + " g " + desc(g);
+}
+std::string NllFwdProblem::describe() const { return desc(log_probs) + " labels " + desc(labels); }
+std::string NllBwdProblem::describe() const { return desc(dlog_probs) + " g " + desc(g); }
+std::string MseFwdProblem::describe() const { return desc(pred) + " target " + desc(target); }
+std::string MseBwdProblem::describe() const { return desc(pred) + " g " + desc(g); }
 
 namespace {
 
@@ -38,7 +49,7 @@ void check_rows(std::string_view op, const Tensor& t, const char* what) {
 // none: the per-element losses; mean / sum: a scalar, summed in index order.
 Tensor reduce_loss(const Tensor& per, Reduction r) {
   if (r == Reduction::none) return per;
-  double s = ref::ordered_sum(per);
+  double s = ordered_sum(per);
   if (r == Reduction::mean) s /= static_cast<double>(per.numel());
   return full({}, s, {.dtype = per.dtype(), .device = per.device()});
 }
@@ -81,7 +92,8 @@ Tensor softmax_cross_entropy(const Tensor& logits0, const Tensor& labels0,
   const Tensor per = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
   const Tensor row_max = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
   const Tensor row_logsum = Tensor::empty({n}, {.dtype = cd, .device = x.device()});
-  ref::cross_entropy_forward(x, lab, o.sparse, per, row_max, row_logsum);
+  dispatch(OpId::softmax_cross_entropy, "forward",
+           CrossEntropyFwdProblem{x, lab, o.sparse, per, row_max, row_logsum});
   Tensor out = reduce_loss(per, o.reduction);
   if (graph::needs_grad({&logits})) {
     SavedTensor sx(x), sl(lab), sm(row_max), ss(row_logsum);
@@ -91,8 +103,9 @@ Tensor softmax_cross_entropy(const Tensor& logits0, const Tensor& labels0,
     record(OpId::softmax_cross_entropy, {logits}, out, [=](const std::vector<Tensor>& g) {
       const Tensor xs = sx.unpack(op);
       const Tensor d = Tensor::empty(xs.shape(), {.dtype = cd, .device = xs.device()});
-      ref::cross_entropy_backward(xs, sl.unpack(op), sparse, sm.unpack(op), ss.unpack(op),
-                                  packed(g[0], cd), factor, d);
+      dispatch(OpId::softmax_cross_entropy, "backward",
+               CrossEntropyBwdProblem{xs, sl.unpack(op), sparse, sm.unpack(op), ss.unpack(op),
+                                      packed(g[0], cd), factor, d});
       return std::vector<Tensor>{packed(d, dt)};
     });
   }
@@ -110,7 +123,7 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& labels, Reduction reduct
   const Tensor lab = class_labels(op, p.in[1], n, c, "nll_loss takes class indices [N]");
   const Tensor lp = packed(log_probs, cd);
   const Tensor per = Tensor::empty({n}, {.dtype = cd, .device = lp.device()});
-  ref::nll_forward(lp, lab, per);
+  dispatch(OpId::nll_loss, "forward", NllFwdProblem{lp, lab, per});
   Tensor out = reduce_loss(per, reduction);
   if (graph::needs_grad({&log_probs})) {
     SavedTensor sl(lab);
@@ -120,7 +133,7 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& labels, Reduction reduct
     const Device dev = lp.device();
     record(OpId::nll_loss, {log_probs}, out, [=](const std::vector<Tensor>& g) {
       const Tensor d = Tensor::empty(shape, {.dtype = cd, .device = dev});
-      ref::nll_backward(sl.unpack(op), packed(g[0], cd), factor, d);
+      dispatch(OpId::nll_loss, "backward", NllBwdProblem{sl.unpack(op), packed(g[0], cd), factor, d});
       return std::vector<Tensor>{packed(d, dt)};
     });
   }
@@ -140,7 +153,7 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0, Reduction redu
   const DType cd = acc_dtype(promote(pred.dtype(), target.dtype()));
   const Tensor pc = packed(pred, cd), tc = packed(target, cd);
   const Tensor per = Tensor::empty(pred.shape(), {.dtype = cd, .device = pc.device()});
-  ref::mse_forward(pc, tc, per);
+  dispatch(OpId::mse_loss, "forward", MseFwdProblem{pc, tc, per});
   Tensor out = reduce_loss(per, reduction);
   if (graph::needs_grad({&pred, &target})) {
     SavedTensor sp(pc), st(tc);
@@ -150,7 +163,7 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0, Reduction redu
     record(OpId::mse_loss, {pred, target}, out, [=](const std::vector<Tensor>& g) {
       const Tensor ps = sp.unpack(op);
       const Tensor d = Tensor::empty(ps.shape(), {.dtype = cd, .device = ps.device()});
-      ref::mse_backward(ps, st.unpack(op), packed(g[0], cd), factor, d);
+      dispatch(OpId::mse_loss, "backward", MseBwdProblem{ps, st.unpack(op), packed(g[0], cd), factor, d});
       return std::vector<Tensor>{gp ? packed(d, dp) : Tensor(), gt ? packed(neg(d), dtt) : Tensor()};
     });
   }

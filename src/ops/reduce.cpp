@@ -1,27 +1,25 @@
-// Reductions: sum, mean, max (with the first maximal element taking the gradient) and argmax,
-// over any set of axes with keepdims. Kernels walk the input through its strides (no copy):
-// each output element is reduced by one thread in a fixed order, accumulating in acc_dtype
-// (f32 for f32/f16/bf16, f64 for f64). Large reductions into few outputs split the reduced
-// space into fixed-size blocks whose partial sums are combined in block order, so results do
-// not depend on the thread count.
-#include <cmath>
-#include <limits>
-
+// Reductions, forward and backward side by side: sum, mean, max (with the first maximal element
+// taking the gradient) and argmax, over any set of axes with keepdims. The plan (which dims are
+// kept, which reduced, through the input's own strides) is made here; the kernels
+// (reduce_problem.h) accumulate in acc_dtype and round once.
+#include "ops/dispatch.h"
 #include "ops/op_common.h"
+#include "ops/reduce_problem.h"
 
 namespace mixprec::ops {
 using namespace detail;
 
-namespace {
+std::string ReduceSumProblem::describe() const {
+  return desc_with_strides(x) + " axes " + shape_str(plan.axes) + " -> " + desc(out);
+}
+std::string ReduceMaxProblem::describe() const {
+  return desc_with_strides(x) + " axes " + shape_str(plan.axes) + (values.defined() ? " -> values, index" : " -> index");
+}
+std::string ReduceMaxBwdProblem::describe() const {
+  return "g " + desc(g) + " axes " + shape_str(plan.axes) + " -> " + desc(gx);
+}
 
-struct ReducePlan {
-  std::vector<int64_t> axes;       // sorted, unique, wrapped
-  Shape out_shape;                 // without the reduced dims
-  Shape keep_shape;                // with size-1 reduced dims (keepdims)
-  Shape kept_sizes, red_sizes;     // sizes of kept / reduced dims (input order)
-  Strides kept_strides, red_strides;
-  int64_t red_count = 1;
-};
+namespace {
 
 ReducePlan plan_reduce(const Tensor& x, std::vector<int64_t> axes, std::string_view op) {
   const int64_t nd = x.dim();
@@ -50,128 +48,29 @@ ReducePlan plan_reduce(const Tensor& x, std::vector<int64_t> axes, std::string_v
   return p;
 }
 
-int64_t offset_of(int64_t flat, const Shape& sizes, const Strides& strides) {
-  int64_t off = 0;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    off += (flat % sizes[d]) * strides[d];
-    flat /= sizes[d];
-  }
-  return off;
+Tensor run_sum(OpId op, const Tensor& x, const ReducePlan& p, double scale) {
+  const ReduceSumProblem pr{x, Tensor::empty(p.out_shape, {.dtype = x.dtype(), .device = x.device()}),
+                            p, scale};
+  dispatch(op, "forward", pr);
+  return pr.out;
 }
 
-// Calls body(start, end, base_offset_of_output) ... through a generic walker: for output o,
-// reduce elements r in [r0, r1) of the reduced index space with `step(acc, value, r)`.
-template <class T, class Acc, class Step>
-Acc reduce_range(const T* base, const ReducePlan& p, int64_t r0, int64_t r1, Acc acc, Step step) {
-  // Innermost reduced dim runs contiguously in r; the rest is recomputed per run.
-  const size_t nr = p.red_sizes.size();
-  const int64_t inner = nr ? p.red_sizes[nr - 1] : 1;
-  const int64_t inner_stride = nr ? p.red_strides[nr - 1] : 0;
-  int64_t r = r0;
-  while (r < r1) {
-    const int64_t in_pos = r % inner;
-    const int64_t run = std::min(inner - in_pos, r1 - r);
-    int64_t off = in_pos * inner_stride;
-    int64_t rest = r / inner;
-    for (size_t d = nr > 0 ? nr - 1 : 0; d-- > 0;) {
-      off += (rest % p.red_sizes[d]) * p.red_strides[d];
-      rest /= p.red_sizes[d];
-    }
-    const T* q = base + off;
-    for (int64_t i = 0; i < run; ++i) acc = step(acc, load(q[i * inner_stride]), r + i);
-    r += run;
-  }
-  return acc;
-}
-
-constexpr int64_t kBlock = 1 << 16;
-
-// out[o] = sum over the reduced space, in acc dtype, stored as out's dtype.
-Tensor sum_kernel(const Tensor& x, const ReducePlan& p, double scale) {
-  Tensor out = Tensor::empty(p.out_shape, {.dtype = x.dtype(), .device = x.device()});
-  const int64_t n_out = out.numel();
-  visit_float(x.dtype(), [&]<class T>() {
-    using A = compute_t<T>;
-    const T* xb = static_cast<const T*>(x.data_ptr());
-    T* ob = out.data<T>();
-    auto add = [](A acc, A v, int64_t) { return acc + v; };
-    const int64_t blocks = (p.red_count + kBlock - 1) / kBlock;
-    if (blocks > 1) {  // never depends on the thread count
-      std::vector<A> partial(static_cast<size_t>(n_out * blocks));
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t o = 0; o < n_out; ++o)
-        for (int64_t b = 0; b < blocks; ++b)
-          partial[static_cast<size_t>(o * blocks + b)] = reduce_range<T, A>(
-              xb + offset_of(o, p.kept_sizes, p.kept_strides), p, b * kBlock,
-              std::min(p.red_count, (b + 1) * kBlock), A(0), add);
-      for (int64_t o = 0; o < n_out; ++o) {
-        A acc = 0;
-        for (int64_t b = 0; b < blocks; ++b) acc += partial[static_cast<size_t>(o * blocks + b)];
-        ob[o] = store<T>(acc * static_cast<A>(scale));
-      }
-    } else {
-#pragma omp parallel for schedule(static) if (n_out * p.red_count > 32768)
-      for (int64_t o = 0; o < n_out; ++o) {
-        const A acc = reduce_range<T, A>(xb + offset_of(o, p.kept_sizes, p.kept_strides), p, 0,
-                                         p.red_count, A(0), add);
-        ob[o] = store<T>(acc * static_cast<A>(scale));
-      }
-    }
-  });
-  return out;
-}
-
-// Max value and the flat index (in the reduced space) of its first occurrence. NaN wins.
-void max_kernel(const Tensor& x, const ReducePlan& p, Tensor* values, Tensor& index) {
-  index = Tensor::empty(p.out_shape, {.dtype = DType::i64, .device = x.device()});
-  if (values) *values = Tensor::empty(p.out_shape, {.dtype = x.dtype(), .device = x.device()});
-  const int64_t n_out = index.numel();
-  visit_float(x.dtype(), [&]<class T>() {
-    using A = compute_t<T>;
-    struct Best { A v; int64_t i; };
-    const T* xb = static_cast<const T*>(x.data_ptr());
-    int64_t* ib = index.data<int64_t>();
-    T* vb = values ? values->data<T>() : nullptr;
-#pragma omp parallel for schedule(static) if (n_out * p.red_count > 32768)
-    for (int64_t o = 0; o < n_out; ++o) {
-      const Best b = reduce_range<T, Best>(
-          xb + offset_of(o, p.kept_sizes, p.kept_strides), p, 0, p.red_count,
-          Best{-std::numeric_limits<A>::infinity(), -1}, [](Best acc, A v, int64_t r) {
-            if (acc.i < 0 || v > acc.v || (std::isnan(v) && !std::isnan(acc.v))) return Best{v, r};
-            return acc;
-          });
-      ib[o] = b.i;
-      if (vb) vb[o] = store<T>(b.v);
-    }
-  });
+// Max values (unless `with_values` is false: argmax) and the flat index of each first maximum.
+ReduceMaxProblem run_max(OpId op, const Tensor& x, const ReducePlan& p, bool with_values) {
+  const TensorOptions o{.dtype = x.dtype(), .device = x.device()};
+  const ReduceMaxProblem pr{x, with_values ? Tensor::empty(p.out_shape, o) : Tensor(),
+                            Tensor::empty(p.out_shape, {.dtype = DType::i64, .device = x.device()}), p};
+  dispatch(op, "forward", pr);
+  return pr;
 }
 
 // grad of max: g[o] goes to element index[o] of the reduced space of output o.
 Tensor max_backward(const Tensor& g, const Tensor& index, const ReducePlan& p, const Shape& x_shape,
                     DType dtype) {
-  Tensor gx = zeros(x_shape, {.dtype = dtype, .device = g.device()});
-  const Tensor gc = amp_cast(g, dtype).contiguous();
-  // Strides of the (contiguous) gx for kept and reduced dims.
-  const Strides st = contiguous_strides(x_shape);
-  Strides kst, rst;
-  size_t a = 0;
-  for (size_t d = 0; d < x_shape.size(); ++d) {
-    if (a < p.axes.size() && p.axes[a] == static_cast<int64_t>(d)) {
-      rst.push_back(st[d]);
-      ++a;
-    } else {
-      kst.push_back(st[d]);
-    }
-  }
-  const int64_t* ib = index.data<int64_t>();
-  const int64_t n_out = index.numel();
-  visit_float(dtype, [&]<class T>() {
-    T* gb = gx.data<T>();
-    const T* go = gc.data<T>();
-    for (int64_t o = 0; o < n_out; ++o)
-      gb[offset_of(o, p.kept_sizes, kst) + offset_of(ib[o], p.red_sizes, rst)] = go[o];
-  });
-  return gx;
+  const ReduceMaxBwdProblem pr{amp_cast(g, dtype).contiguous(), index, p,
+                               zeros(x_shape, {.dtype = dtype, .device = g.device()})};
+  dispatch(OpId::max, "backward", pr);
+  return pr.gx;
 }
 
 // The gradient of a sum/mean: g broadcast back over the reduced dims, as a stride-0 view (no
@@ -191,7 +90,7 @@ Tensor sum(const Tensor& x0, std::vector<int64_t> axes, bool keepdims) {
   const Tensor& x = pr.in[0];
   check_floating("sum", x, "input");
   const ReducePlan p = plan_reduce(x, axes, "sum");
-  Tensor out = sum_kernel(x, p, 1.0);
+  Tensor out = run_sum(OpId::sum, x, p, 1.0);
   if (graph::needs_grad({&x})) {
     const Shape xs = x.shape();
     record(OpId::sum, {x}, out, [p, xs](const std::vector<Tensor>& g) {
@@ -208,7 +107,7 @@ Tensor mean(const Tensor& x0, std::vector<int64_t> axes, bool keepdims) {
   const ReducePlan p = plan_reduce(x, axes, "mean");
   MIXPREC_CHECK(p.red_count > 0, "mean: cannot average over an empty set of elements");
   const double scale = 1.0 / static_cast<double>(p.red_count);
-  Tensor out = sum_kernel(x, p, scale);
+  Tensor out = run_sum(OpId::mean, x, p, scale);
   if (graph::needs_grad({&x})) {
     const Shape xs = x.shape();
     record(OpId::mean, {x}, out, [p, xs, scale](const std::vector<Tensor>& g) {
@@ -224,8 +123,9 @@ Tensor max(const Tensor& x0, std::vector<int64_t> axes, bool keepdims) {
   check_floating("max", x, "input");
   const ReducePlan p = plan_reduce(x, axes, "max");
   MIXPREC_CHECK(p.red_count > 0, "max: cannot reduce an empty set of elements");
-  Tensor out, index;
-  max_kernel(x, p, &out, index);
+  const ReduceMaxProblem r = run_max(OpId::max, x, p, true);
+  Tensor out = r.values;
+  const Tensor index = r.index;
   if (graph::needs_grad({&x})) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
@@ -240,8 +140,7 @@ Tensor argmax(const Tensor& x, int64_t axis, bool keepdims) {
   check_floating("argmax", x, "input");
   const ReducePlan p = plan_reduce(x, {axis}, "argmax");
   MIXPREC_CHECK(p.red_count > 0, "argmax: the axis has size 0");
-  Tensor index;
-  max_kernel(x, p, nullptr, index);
+  const Tensor index = run_max(OpId::argmax, x, p, false).index;
   return keepdims ? reshape(index, p.keep_shape) : index;
 }
 

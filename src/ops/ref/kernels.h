@@ -6,9 +6,11 @@
 #pragma once
 
 #include "ops/conv_problem.h"
+#include "ops/loss_problem.h"
 #include "ops/matmul_problem.h"
 #include "ops/norm_problem.h"
 #include "ops/pool_problem.h"
+#include "ops/reduce_problem.h"
 #include "ops/softmax_problem.h"
 
 namespace mixprec::ops::ref {
@@ -36,5 +38,18 @@ void layer_norm_bwd(const LayerNormBwdProblem& p);
 // softmax.cpp: max first, then the sum of exp(x - max); rows without a distribution are NaN.
 void softmax_fwd(const SoftmaxFwdProblem& p);
 void softmax_bwd(const SoftmaxBwdProblem& p);
+
+// reduce.cpp: strided walks, one thread per output (blocks of 2^16 combined in order).
+void reduce_sum(const ReduceSumProblem& p);
+void reduce_max(const ReduceMaxProblem& p);
+void reduce_max_bwd(const ReduceMaxBwdProblem& p);
+
+// loss.cpp: cross-entropy (log-sum-exp, rows kept apart as max and log-sum), NLL, MSE.
+void cross_entropy_fwd(const CrossEntropyFwdProblem& p);
+void cross_entropy_bwd(const CrossEntropyBwdProblem& p);
+void nll_fwd(const NllFwdProblem& p);
+void nll_bwd(const NllBwdProblem& p);
+void mse_fwd(const MseFwdProblem& p);
+void mse_bwd(const MseBwdProblem& p);
 
 }  // namespace mixprec::ops::ref

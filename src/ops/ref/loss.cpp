@@ -1,13 +1,14 @@
-// Reference loss kernels: log-sum-exp cross-entropy (sparse and one-hot/soft labels), NLL and
-// MSE, forward and backward, in the compute dtype (f32 or f64). Rows are independent and each
-// is handled by one thread; reductions to a scalar run in index order (thread-count independent).
-#include "ops/ref/loss.h"
+// Reference loss kernels (the only ones: losses are O(N*C) and memory bound): log-sum-exp
+// cross-entropy (sparse and one-hot/soft labels), NLL and MSE, forward and backward, in the
+// compute dtype (f32 or f64). Rows are independent and each is handled by one thread;
+// reductions to a scalar run in index order (thread-count independent).
+#include "ops/ref/kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace mixprec::ops::ref {
+namespace mixprec::ops {
 namespace {
 
 // Calls f.template operator()<C>() with C = float or double, the dtype of t.
@@ -24,8 +25,12 @@ C grad_at(const C* g, int64_t n_g, int64_t i) { return n_g == 1 ? g[0] : g[i]; }
 
 }  // namespace
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& labels, bool sparse,
-                           const Tensor& loss, const Tensor& row_max, const Tensor& row_logsum) {
+namespace ref {
+
+void cross_entropy_fwd(const CrossEntropyFwdProblem& p) {
+  const Tensor &logits = p.logits, &labels = p.labels, &loss = p.loss;
+  const Tensor &row_max = p.row_max, &row_logsum = p.row_logsum;
+  const bool sparse = p.sparse;
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   visit_compute(logits, [&]<class C>() {
     const C* x = logits.data<C>();
@@ -62,9 +67,11 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& labels, bool spar
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& labels, bool sparse,
-                            const Tensor& row_max, const Tensor& row_logsum, const Tensor& g,
-                            double factor, const Tensor& dlogits) {
+void cross_entropy_bwd(const CrossEntropyBwdProblem& p) {
+  const Tensor &logits = p.logits, &labels = p.labels, &row_max = p.row_max;
+  const Tensor &row_logsum = p.row_logsum, &g = p.g, &dlogits = p.dlogits;
+  const bool sparse = p.sparse;
+  const double factor = p.factor;
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   visit_compute(logits, [&]<class C>() {
     const C* x = logits.data<C>();
@@ -84,15 +91,16 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& labels, bool spa
         for (int64_t j = 0; j < c; ++j) tsum += t[j];
       }
       for (int64_t j = 0; j < c; ++j) {
-        const C p = std::exp((xi[j] - mx[i]) - ls[i]);
-        di[j] = (p * tsum - (sparse ? C(0) : t[j])) * gi;
+        const C prob = std::exp((xi[j] - mx[i]) - ls[i]);
+        di[j] = (prob * tsum - (sparse ? C(0) : t[j])) * gi;
       }
       if (sparse) di[labels.data<int64_t>()[i]] -= gi;
     }
   });
 }
 
-void nll_forward(const Tensor& log_probs, const Tensor& labels, const Tensor& loss) {
+void nll_fwd(const NllFwdProblem& p) {
+  const Tensor &log_probs = p.log_probs, &labels = p.labels, &loss = p.loss;
   const int64_t n = log_probs.shape()[0], c = log_probs.shape()[1];
   visit_compute(log_probs, [&]<class C>() {
     const C* lp = log_probs.data<C>();
@@ -102,7 +110,9 @@ void nll_forward(const Tensor& log_probs, const Tensor& labels, const Tensor& lo
   });
 }
 
-void nll_backward(const Tensor& labels, const Tensor& g, double factor, const Tensor& dlog_probs) {
+void nll_bwd(const NllBwdProblem& p) {
+  const Tensor &labels = p.labels, &g = p.g, &dlog_probs = p.dlog_probs;
+  const double factor = p.factor;
   const int64_t n = dlog_probs.shape()[0], c = dlog_probs.shape()[1];
   visit_compute(dlog_probs, [&]<class C>() {
     const int64_t* lab = labels.data<int64_t>();
@@ -113,7 +123,8 @@ void nll_backward(const Tensor& labels, const Tensor& g, double factor, const Te
   });
 }
 
-void mse_forward(const Tensor& pred, const Tensor& target, const Tensor& loss) {
+void mse_fwd(const MseFwdProblem& p) {
+  const Tensor &pred = p.pred, &target = p.target, &loss = p.loss;
   const int64_t n = pred.numel();
   visit_compute(pred, [&]<class C>() {
     const C *p = pred.data<C>(), *t = target.data<C>();
@@ -123,8 +134,9 @@ void mse_forward(const Tensor& pred, const Tensor& target, const Tensor& loss) {
   });
 }
 
-void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, double factor,
-                  const Tensor& dpred) {
+void mse_bwd(const MseBwdProblem& p) {
+  const Tensor &pred = p.pred, &target = p.target, &g = p.g, &dpred = p.dpred;
+  const double factor = p.factor;
   const int64_t n = pred.numel();
   visit_compute(pred, [&]<class C>() {
     const C *p = pred.data<C>(), *t = target.data<C>(), *gp = g.data<C>();
@@ -134,6 +146,10 @@ void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& g, dou
     for (int64_t i = 0; i < n; ++i) d[i] = 2 * (p[i] - t[i]) * grad_at(gp, ng, i) * static_cast<C>(factor);
   });
 }
+
+}  // namespace ref
+
+// ---------------------------------------------------------------- shared (loss_problem.h)
 
 double ordered_sum(const Tensor& t) {
   double out = 0;
@@ -152,4 +168,4 @@ double ordered_sum(const Tensor& t) {
   return out;
 }
 
-}  // namespace mixprec::ops::ref
+}  // namespace mixprec::ops

@@ -19,6 +19,15 @@ void register_ref_kernels() {
   register_kernel<LayerNormBwdProblem>({"ref", kCpu, accept_all, ref::layer_norm_bwd});
   register_kernel<SoftmaxFwdProblem>({"ref", kCpu, accept_all, ref::softmax_fwd});
   register_kernel<SoftmaxBwdProblem>({"ref", kCpu, accept_all, ref::softmax_bwd});
+  register_kernel<ReduceSumProblem>({"ref", kCpu, accept_all, ref::reduce_sum});
+  register_kernel<ReduceMaxProblem>({"ref", kCpu, accept_all, ref::reduce_max});
+  register_kernel<ReduceMaxBwdProblem>({"ref", kCpu, accept_all, ref::reduce_max_bwd});
+  register_kernel<CrossEntropyFwdProblem>({"ref", kCpu, accept_all, ref::cross_entropy_fwd});
+  register_kernel<CrossEntropyBwdProblem>({"ref", kCpu, accept_all, ref::cross_entropy_bwd});
+  register_kernel<NllFwdProblem>({"ref", kCpu, accept_all, ref::nll_fwd});
+  register_kernel<NllBwdProblem>({"ref", kCpu, accept_all, ref::nll_bwd});
+  register_kernel<MseFwdProblem>({"ref", kCpu, accept_all, ref::mse_fwd});
+  register_kernel<MseBwdProblem>({"ref", kCpu, accept_all, ref::mse_bwd});
 }
 
 }  // namespace mixprec::ops
