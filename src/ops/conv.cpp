@@ -3,7 +3,6 @@
 // the fused ReLU's mask first, then backward-data for x and backward-weights for w and b
 // (gradients in acc_dtype, so bf16 and f16 convolutions give f32 weight and bias gradients).
 #include "ops/conv_problem.h"
-#include "ops/cpu/elementwise.h"
 #include "ops/dispatch.h"
 #include "ops/layout.h"
 #include "ops/op_common.h"

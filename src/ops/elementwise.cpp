@@ -1,145 +1,58 @@
 // Pointwise ops, forward and backward side by side: broadcasting arithmetic, unary math,
-// clamp/where/masked_fill and the activations. Forward and backward both run through the
-// elementwise engine (elementwise_kernels.h): f32 compute for f32/f16/bf16 (f64 for f64), one
-// rounding to the output dtype. Binary ops compute in promote(a, b); their backward sums the
-// gradient over broadcast dims (reduce_to_shape).
-#include <algorithm>
+// clamp/where/masked_fill and the activations. Every computation is one formula of
+// elementwise_problem.h run through dispatch (pointwise()): f32 compute for f32/f16/bf16 (f64
+// for f64), one rounding to the output dtype. Binary ops compute in promote(a, b); their
+// backward sums the gradient over broadcast dims (reduce_to_shape).
 #include <cmath>
-#include <cstdio>
-#include <numbers>
+#include <string>
 
-#include "ops/cpu/elementwise.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise_problem.h"
+#include "ops/layout.h"
+#include "ops/op_common.h"
 
 namespace mixprec::ops {
 using namespace detail;
 
+namespace {
+constexpr std::string_view kFnNames[] = {
+    "add_scalar", "mul_scalar", "pow_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "abs",
+    "clamp", "relu", "leaky_relu", "gelu_erf", "gelu_tanh", "sigmoid", "tanh", "silu",
+    "add_scalar_grad", "mul_scalar_grad", "pow_scalar_grad", "neg_grad", "exp_grad",
+    "log_grad", "sqrt_grad", "rsqrt_grad", "abs_grad", "clamp_grad", "leaky_relu_grad",
+    "gelu_erf_grad", "gelu_tanh_grad", "sigmoid_grad", "tanh_grad", "silu_grad", "add", "sub", "mul", "div", "div_grad_b", "pow", "pow_da", "pow_db",
+    "maximum", "maximum_grad_a", "maximum_grad_b", "minimum", "minimum_grad_a", "minimum_grad_b",
+    "where", "where_grad_a", "where_grad_b", "masked_fill", "masked_fill_grad", "relu_mask",
+    "dropout"};
+static_assert(std::size(kFnNames) == static_cast<size_t>(PointwiseFn::dropout) + 1,
+              "kFnNames must name every PointwiseFn, in order");
+}  // namespace
+
+std::string_view pointwise_fn_name(PointwiseFn fn) { return kFnNames[static_cast<size_t>(fn)]; }
+
+std::string PointwiseProblem::describe() const {
+  std::string s(pointwise_fn_name(fn));
+  for (const Tensor& t : in)
+    if (t.defined()) s += " " + desc(t) + (t.is_contiguous() ? "" : " (strided)");
+  return s + " -> " + desc(out);
+}
+
 namespace detail {
 
-IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
-                            std::initializer_list<const Tensor*> inputs) {
-  const size_t nd = out_shape.size();
-  const size_t nops = inputs.size() + 1;
-  std::array<Strides, 4> full;
-  full[0] = out.strides();
-  size_t k = 1;
-  for (const Tensor* t : inputs) {
-    Strides s(nd, 0);
-    const size_t lead = nd - t->shape().size();
-    for (size_t i = 0; i < t->shape().size(); ++i)
-      s[lead + i] = t->shape()[i] == 1 ? 0 : t->strides()[i];
-    full[k++] = std::move(s);
-  }
-  // Visit dims in decreasing output stride (stable: ties keep logical order).
-  std::vector<size_t> order(nd);
-  for (size_t d = 0; d < nd; ++d) order[d] = d;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t x, size_t y) { return full[0][x] > full[0][y]; });
-  IterLayout l;
-  for (size_t d : order) {
-    if (out_shape[d] == 1) continue;
-    bool merge = !l.sizes.empty();
-    for (size_t op = 0; merge && op < nops; ++op)
-      merge = l.strides[op].back() == full[op][d] * out_shape[d];
-    if (merge) {
-      l.sizes.back() *= out_shape[d];
-      for (size_t op = 0; op < nops; ++op) l.strides[op].back() = full[op][d];
-    } else {
-      l.sizes.push_back(out_shape[d]);
-      for (size_t op = 0; op < nops; ++op) l.strides[op].push_back(full[op][d]);
-    }
-  }
-  if (l.sizes.empty()) {
-    l.sizes.push_back(1);
-    for (size_t op = 0; op < nops; ++op) l.strides[op].push_back(0);
-  }
-  return l;
+Tensor pointwise(OpId op, std::string_view phase, PointwiseFn fn,
+                 std::initializer_list<Tensor> operands, DType out_dtype, double a, double b) {
+  MIXPREC_ASSERT(operands.size() >= 1 && operands.size() <= 3, "pointwise: 1 to 3 operands");
+  PointwiseProblem p{fn, a, b, {}, {}};
+  std::copy(operands.begin(), operands.end(), p.in.begin());
+  Shape shape = p.in[0].shape();
+  for (size_t k = 1; k < operands.size(); ++k) shape = broadcast_shapes(shape, p.in[k].shape(), op_name(op));
+  p.out = empty_output(shape, out_dtype, p.in[0].device(), {&p.in[0], &p.in[1], &p.in[2]});
+  dispatch(op, phase, p);
+  return p.out;
 }
-
-bool relu_bits_apply(const Tensor& x) {
-  return (x.dtype() == DType::bf16 || x.dtype() == DType::f16) && is_dense(x.shape(), x.strides());
-}
-
-namespace {
-uint16_t inf_bits(DType d) { return d == DType::bf16 ? 0x7F80 : 0x7C00; }
-
-// Runs body over [0, n) in OpenMP chunks, timed under MIXPREC_PROFILE as (op, phase, "bits16").
-template <class Body>
-void run_bits(std::string_view phase, int64_t n, Body&& body) {
-  const double t0 = profiling() ? profile_now() : 0.0;
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t c = 0; c < (n + 4095) / 4096; ++c) body(c * 4096, std::min(n, c * 4096 + 4096));
-  if (profiling()) profile_add("relu", phase, "bits16", profile_now() - t0);
-}
-}  // namespace
-
-Tensor relu_bits(const Tensor& x) {
-  Tensor out = empty_output(x.shape(), x.dtype(), x.device(), {&x});
-  MIXPREC_ASSERT(out.strides() == x.strides() || x.is_contiguous(), "relu_bits: layouts differ");
-  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
-  auto* op = static_cast<uint16_t*>(out.data_ptr());
-  const uint16_t inf = inf_bits(x.dtype());
-  if (verbose_level() > 0) log_elementwise(1, out, x.dtype());
-  run_bits("forward", x.numel(), [=](int64_t lo, int64_t hi) {
-    // Locals with __restrict: the uint16_t stores could otherwise alias the captured values,
-    // which the compiler then reloads every iteration instead of vectorising.
-    const uint16_t* __restrict src = xp;
-    uint16_t* __restrict dst = op;
-    const uint16_t lim = inf;
-    for (int64_t i = lo; i < hi; ++i) {
-      const uint16_t b = src[i];
-      // Negative (sign set) and not NaN: 0. Everything else (positive, +0, any NaN) is kept.
-      dst[i] = (b >= 0x8000 && (b & 0x7FFF) <= lim) ? uint16_t{0} : b;
-    }
-  });
-  return out;
-}
-
-namespace {
-// out = y > 0 ? g : 0 on the bits; g and y share dtype, shape and strides.
-Tensor relu_mask_bits(const Tensor& g, const Tensor& y) {
-  Tensor out = empty_output(y.shape(), y.dtype(), y.device(), {&y});
-  const auto* gp = static_cast<const uint16_t*>(g.data_ptr());
-  const auto* yp = static_cast<const uint16_t*>(y.data_ptr());
-  auto* op = static_cast<uint16_t*>(out.data_ptr());
-  const uint16_t inf = inf_bits(y.dtype());
-  if (verbose_level() > 0) log_elementwise(2, out, y.dtype());
-  run_bits("backward", y.numel(), [=](int64_t lo, int64_t hi) {
-    const uint16_t* __restrict gs = gp;
-    const uint16_t* __restrict ys = yp;
-    uint16_t* __restrict dst = op;
-    const uint16_t lim = inf;
-    for (int64_t i = lo; i < hi; ++i) {
-      const uint16_t keep = static_cast<uint16_t>(ys[i] - 1) < lim ? 0xFFFF : 0;
-      dst[i] = gs[i] & keep;  // both loads unconditional: the loop if-converts and vectorises
-    }
-  });
-  return out;
-}
-}  // namespace
 
 Tensor relu_backward(const Tensor& g, const Tensor& y) {
-  if (relu_bits_apply(y) && g.dtype() == y.dtype() && g.shape() == y.shape() && g.strides() == y.strides())
-    return relu_mask_bits(g, y);
-  return map2(g, y, g.dtype(), [](auto v, auto yi) {
-    const decltype(v) keep = v;  // loaded unconditionally: the select vectorises
-    return yi > 0 ? keep : decltype(v)(0);
-  }, "relu");
-}
-
-void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype) {
-  std::fprintf(stderr, "mixprec: elementwise %zu-input -> cpu loops  %s -> %s%s\n", inputs,
-               std::string(dtype_name(in_dtype)).c_str(), desc(out).c_str(), out.is_contiguous() ? "" : " (strided)");
-}
-
-Tensor empty_output(const Shape& shape, DType dtype, Device device,
-                    std::initializer_list<const Tensor*> inputs) {
-  for (const Tensor* t : inputs) {
-    if (t->shape() != shape || t->is_contiguous()) continue;
-    if (!is_dense(t->shape(), t->strides())) continue;
-    auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
-    return Tensor::from_storage(std::move(storage), shape, t->strides(), 0, dtype);
-  }
-  return Tensor::empty(shape, {.dtype = dtype, .device = device});
+  return pointwise(OpId::relu, "backward", PointwiseFn::relu_mask, {g, y}, g.dtype());
 }
 
 }  // namespace detail
@@ -154,14 +67,14 @@ void check_binary(std::string_view op, const Tensor& a, const Tensor& b) {
 
 // Shared shape of every broadcasting binary op: autocast, compute in promote(a, b), record a
 // node whose backward gives (grad_a, grad_b) from (g, a, b, out), reduced to the input shapes.
-template <class Fwd, class Bwd>
-Tensor binary_op(OpId id, const Tensor& a0, const Tensor& b0, Fwd fwd, Bwd bwd) {
+template <class Bwd>
+Tensor binary_op(OpId id, PointwiseFn fn, const Tensor& a0, const Tensor& b0, Bwd bwd) {
   Prepared p = autocast_inputs(id, {a0, b0});
   const Tensor& a = p.in[0];
   const Tensor& b = p.in[1];
   check_binary(op_name(id), a, b);
   const DType dt = promote(a.dtype(), b.dtype());
-  Tensor out = map2(a, b, dt, fwd, op_name(id));
+  Tensor out = pointwise(id, "forward", fn, {a, b}, dt);
   if (graph::needs_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     SavedTensor sa(a), sb(b), so(out.detach());
@@ -176,166 +89,130 @@ Tensor binary_op(OpId id, const Tensor& a0, const Tensor& b0, Fwd fwd, Bwd bwd) 
   return finish(id, p, out, dt);
 }
 
-// What a unary op's derivative reads: nothing (a constant), x, the output y, or both. Only
-// that is saved for backward, so e.g. relu keeps its output alive, never its input.
-enum class Needs { none, x, y, xy };
-
-// Unary op: out = f(x); backward g * f'(x, out) in one elementwise pass.
-template <class Fwd, class Dfdx>
-Tensor unary_op(OpId id, const Tensor& x0, Fwd fwd, Dfdx dfdx, Needs needs) {
+// Unary op: out = F(x); backward g * F'(x, out) in one pass (formula `grad`), reading only what
+// F::needs (so e.g. exp keeps its output alive, never its input).
+template <class F>
+Tensor unary_op(OpId id, const Tensor& x0, PointwiseFn fwd, PointwiseFn grad, double a = 0,
+                double b = 0) {
   Prepared p = autocast_inputs(id, {x0});
   const Tensor& x = p.in[0];
   check_floating(op_name(id), x, "input");
-  Tensor out = map1(x, x.dtype(), fwd);
+  Tensor out = pointwise(id, "forward", fwd, {x}, x.dtype(), a, b);
   if (graph::needs_grad({&x})) {
-    const bool nx = needs == Needs::x || needs == Needs::xy, ny = needs == Needs::y || needs == Needs::xy;
+    constexpr Needs needs = F::needs;
+    constexpr bool nx = needs == Needs::x || needs == Needs::xy;
+    constexpr bool ny = needs == Needs::y || needs == Needs::xy;
     SavedTensor sx(nx ? x : Tensor()), so(ny ? out.detach() : Tensor());
     record(id, {x}, out, [=](const std::vector<Tensor>& g) {
       const std::string_view n = op_name(id);
       const Tensor& gi = g[0];
       const DType dt = gi.dtype();
       switch (needs) {
-        case Needs::none:
-          return std::vector<Tensor>{map1(gi, dt, [dfdx](auto v) { return v * dfdx(decltype(v)(0), decltype(v)(0)); })};
-        case Needs::x:
-          return std::vector<Tensor>{map2(gi, sx.unpack(n), dt, [dfdx](auto v, auto xi) { return v * dfdx(xi, xi); }, n)};
-        case Needs::y:
-          return std::vector<Tensor>{map2(gi, so.unpack(n), dt, [dfdx](auto v, auto yi) { return v * dfdx(yi, yi); }, n)};
-        case Needs::xy:
-          break;
+        case Needs::none: return std::vector<Tensor>{pointwise(id, "backward", grad, {gi}, dt, a, b)};
+        case Needs::x: return std::vector<Tensor>{pointwise(id, "backward", grad, {gi, sx.unpack(n)}, dt, a, b)};
+        case Needs::y: return std::vector<Tensor>{pointwise(id, "backward", grad, {gi, so.unpack(n)}, dt, a, b)};
+        case Needs::xy: break;
       }
-      return std::vector<Tensor>{map3(gi, sx.unpack(n), so.unpack(n), dt,
-                                      [dfdx](auto v, auto xi, auto yi) { return v * dfdx(xi, yi); }, n)};
+      return std::vector<Tensor>{
+          pointwise(id, "backward", grad, {gi, sx.unpack(n), so.unpack(n)}, dt, a, b)};
     });
   }
   return finish(id, p, out, x.dtype());
 }
 
 using Pair = std::pair<Tensor, Tensor>;
+namespace pw = formulas;
 
 }  // namespace
 
 // ---------------------------------------------------------------- arithmetic
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::add, a, b, [](auto x, auto y) { return x + y; },
+  return binary_op(OpId::add, PointwiseFn::add, a, b,
                    [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&, bool, bool) {
                      return Pair{g, g};
                    });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::sub, a, b, [](auto x, auto y) { return x - y; },
+  return binary_op(OpId::sub, PointwiseFn::sub, a, b,
                    [](const Tensor& g, const Tensor&, const Tensor&, const Tensor&, bool, bool gb) {
                      return Pair{g, gb ? neg(g) : Tensor()};
                    });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::mul, a, b, [](auto x, auto y) { return x * y; },
+  return binary_op(OpId::mul, PointwiseFn::mul, a, b,
                    [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
                      return Pair{ga ? mul(g, b) : Tensor(), gb ? mul(g, a) : Tensor()};
                    });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::div, a, b, [](auto x, auto y) { return x / y; },
+  return binary_op(OpId::div, PointwiseFn::div, a, b,
                    [](const Tensor& g, const Tensor&, const Tensor& b, const Tensor& out, bool ga, bool gb) {
                      // d(a/b)/da = 1/b; d(a/b)/db = -out/b
                      Tensor da = ga ? div(g, b) : Tensor();
-                     Tensor db = gb ? map3(g, out, b, g.dtype(), [](auto gi, auto o, auto bi) { return -gi * o / bi; }) : Tensor();
+                     Tensor db = gb ? pointwise(OpId::div, "backward", PointwiseFn::div_grad_b, {g, out, b}, g.dtype()) : Tensor();
                      return Pair{da, db};
                    });
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::pow, a, b, [](auto x, auto y) { return std::pow(x, y); },
+  return binary_op(OpId::pow, PointwiseFn::pow, a, b,
                    [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out, bool ga, bool gb) {
                      // d/da = b a^(b-1); d/db = out * log(a) (0 where a == 0)
-                     Tensor da = ga ? mul(g, map2(a, b, g.dtype(), [](auto x, auto y) {
-                                          return y == 0 ? decltype(x)(0) : y * std::pow(x, y - 1);
-                                        })) : Tensor();
-                     Tensor db = gb ? mul(g, map2(out, a, g.dtype(), [](auto o, auto x) {
-                                          return x == 0 ? decltype(x)(0) : o * std::log(x);
-                                        })) : Tensor();
+                     Tensor da = ga ? mul(g, pointwise(OpId::pow, "backward", PointwiseFn::pow_da, {a, b}, g.dtype())) : Tensor();
+                     Tensor db = gb ? mul(g, pointwise(OpId::pow, "backward", PointwiseFn::pow_db, {out, a}, g.dtype())) : Tensor();
                      return Pair{da, db};
                    });
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::maximum, a, b, [](auto x, auto y) { return x >= y ? x : y; },
+  return binary_op(OpId::maximum, PointwiseFn::maximum, a, b,
                    [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
-                     Tensor da = ga ? map3(g, a, b, g.dtype(), [](auto gi, auto x, auto y) { return x >= y ? gi : decltype(gi)(0); }) : Tensor();
-                     Tensor db = gb ? map3(g, a, b, g.dtype(), [](auto gi, auto x, auto y) { return x >= y ? decltype(gi)(0) : gi; }) : Tensor();
+                     const OpId id = OpId::maximum;
+                     Tensor da = ga ? pointwise(id, "backward", PointwiseFn::maximum_grad_a, {g, a, b}, g.dtype()) : Tensor();
+                     Tensor db = gb ? pointwise(id, "backward", PointwiseFn::maximum_grad_b, {g, a, b}, g.dtype()) : Tensor();
                      return Pair{da, db};
                    });
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::minimum, a, b, [](auto x, auto y) { return x <= y ? x : y; },
+  return binary_op(OpId::minimum, PointwiseFn::minimum, a, b,
                    [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
-                     Tensor da = ga ? map3(g, a, b, g.dtype(), [](auto gi, auto x, auto y) { return x <= y ? gi : decltype(gi)(0); }) : Tensor();
-                     Tensor db = gb ? map3(g, a, b, g.dtype(), [](auto gi, auto x, auto y) { return x <= y ? decltype(gi)(0) : gi; }) : Tensor();
+                     const OpId id = OpId::minimum;
+                     Tensor da = ga ? pointwise(id, "backward", PointwiseFn::minimum_grad_a, {g, a, b}, g.dtype()) : Tensor();
+                     Tensor db = gb ? pointwise(id, "backward", PointwiseFn::minimum_grad_b, {g, a, b}, g.dtype()) : Tensor();
                      return Pair{da, db};
                    });
 }
 
 Tensor add(const Tensor& x, double c) {
-  return unary_op(OpId::add_scalar, x, [c](auto v) { return v + static_cast<decltype(v)>(c); },
-                  [](auto xi, auto) { return decltype(xi)(1); }, Needs::none);
+  return unary_op<pw::AddScalar>(OpId::add_scalar, x, PointwiseFn::add_scalar, PointwiseFn::add_scalar_grad, c);
 }
 
 Tensor mul(const Tensor& x, double c) {
-  return unary_op(OpId::mul_scalar, x, [c](auto v) { return v * static_cast<decltype(v)>(c); },
-                  [c](auto xi, auto) { return static_cast<decltype(xi)>(c); }, Needs::none);
+  return unary_op<pw::MulScalar>(OpId::mul_scalar, x, PointwiseFn::mul_scalar, PointwiseFn::mul_scalar_grad, c);
 }
 
 Tensor pow(const Tensor& x, double e) {
-  return unary_op(OpId::pow_scalar, x, [e](auto v) { return std::pow(v, static_cast<decltype(v)>(e)); },
-                  [e](auto xi, auto) {
-                    using C = decltype(xi);
-                    return e == 0 ? C(0) : static_cast<C>(e) * std::pow(xi, static_cast<C>(e - 1));
-                  }, Needs::x);
+  return unary_op<pw::PowScalar>(OpId::pow_scalar, x, PointwiseFn::pow_scalar, PointwiseFn::pow_scalar_grad, e);
 }
 
 // ---------------------------------------------------------------- unary math
 
-Tensor neg(const Tensor& x) {
-  return unary_op(OpId::neg, x, [](auto v) { return -v; }, [](auto xi, auto) { return decltype(xi)(-1); }, Needs::none);
-}
-Tensor exp(const Tensor& x) {
-  return unary_op(OpId::exp, x, [](auto v) { return std::exp(v); }, [](auto, auto y) { return y; }, Needs::y);
-}
-Tensor log(const Tensor& x) {
-  return unary_op(OpId::log, x, [](auto v) { return std::log(v); }, [](auto xi, auto) { return 1 / xi; }, Needs::x);
-}
-Tensor sqrt(const Tensor& x) {
-  return unary_op(OpId::sqrt, x, [](auto v) { return std::sqrt(v); },
-                  [](auto, auto y) { return decltype(y)(0.5) / y; }, Needs::y);
-}
-Tensor rsqrt(const Tensor& x) {
-  return unary_op(OpId::rsqrt, x, [](auto v) { return 1 / std::sqrt(v); },
-                  [](auto xi, auto y) { return decltype(y)(-0.5) * y / xi; }, Needs::xy);
-}
-Tensor abs(const Tensor& x) {
-  return unary_op(OpId::abs, x, [](auto v) { return std::abs(v); }, [](auto xi, auto) {
-    using C = decltype(xi);
-    return xi > 0 ? C(1) : (xi < 0 ? C(-1) : C(0));
-  }, Needs::x);
-}
+Tensor neg(const Tensor& x) { return unary_op<pw::Neg>(OpId::neg, x, PointwiseFn::neg, PointwiseFn::neg_grad); }
+Tensor exp(const Tensor& x) { return unary_op<pw::Exp>(OpId::exp, x, PointwiseFn::exp, PointwiseFn::exp_grad); }
+Tensor log(const Tensor& x) { return unary_op<pw::Log>(OpId::log, x, PointwiseFn::log, PointwiseFn::log_grad); }
+Tensor sqrt(const Tensor& x) { return unary_op<pw::Sqrt>(OpId::sqrt, x, PointwiseFn::sqrt, PointwiseFn::sqrt_grad); }
+Tensor rsqrt(const Tensor& x) { return unary_op<pw::Rsqrt>(OpId::rsqrt, x, PointwiseFn::rsqrt, PointwiseFn::rsqrt_grad); }
+Tensor abs(const Tensor& x) { return unary_op<pw::Abs>(OpId::abs, x, PointwiseFn::abs, PointwiseFn::abs_grad); }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   MIXPREC_CHECK(!(lo && hi && *lo > *hi), "clamp: min ", *lo, " is greater than max ", *hi);
-  const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
-  return unary_op(OpId::clamp, x,
-                  [l, h](auto v) {
-                    using C = decltype(v);
-                    return v < static_cast<C>(l) ? static_cast<C>(l) : (v > static_cast<C>(h) ? static_cast<C>(h) : v);
-                  },
-                  [l, h](auto xi, auto) {
-                    using C = decltype(xi);
-                    return (xi >= static_cast<C>(l) && xi <= static_cast<C>(h)) ? C(1) : C(0);
-                  }, Needs::x);
+  return unary_op<pw::Clamp>(OpId::clamp, x, PointwiseFn::clamp, PointwiseFn::clamp_grad,
+                             lo.value_or(-INFINITY), hi.value_or(INFINITY));
 }
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
@@ -346,16 +223,17 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   const Tensor& b = p.in[1];
   check_binary("where", a, b);
   const DType dt = promote(a.dtype(), b.dtype());
-  Tensor out = map3(cond, a, b, dt, [](auto c, auto x, auto y) { return c != 0 ? x : y; }, "where");
+  Tensor out = pointwise(OpId::where, "forward", PointwiseFn::where, {cond, a, b}, dt);
   if (graph::needs_grad({&a, &b})) {
     SavedTensor sc(cond);
     const Shape sha = a.shape(), shb = b.shape();
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     record(OpId::where, {a, b}, out, [=](const std::vector<Tensor>& g) {
       const Tensor c = sc.unpack("where");
-      Tensor zero = zeros({}, {.dtype = g[0].dtype()});
-      Tensor da = ga ? reduce_to_shape(map3(c, g[0], zero, g[0].dtype(), [](auto ci, auto gi, auto z) { return ci != 0 ? gi : z; }), sha) : Tensor();
-      Tensor db = gb ? reduce_to_shape(map3(c, g[0], zero, g[0].dtype(), [](auto ci, auto gi, auto z) { return ci != 0 ? z : gi; }), shb) : Tensor();
+      const DType gd = g[0].dtype();
+      Tensor zero = zeros({}, {.dtype = gd});
+      Tensor da = ga ? reduce_to_shape(pointwise(OpId::where, "backward", PointwiseFn::where_grad_a, {c, g[0], zero}, gd), sha) : Tensor();
+      Tensor db = gb ? reduce_to_shape(pointwise(OpId::where, "backward", PointwiseFn::where_grad_b, {c, g[0], zero}, gd), shb) : Tensor();
       return std::vector<Tensor>{da, db};
     });
   }
@@ -371,14 +249,12 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   MIXPREC_CHECK(shape == x.shape(), "masked_fill: mask of shape ", shape_str(mask.shape()),
                 " must broadcast to the input shape ", shape_str(x.shape()));
-  Tensor out = map2(x, mask, x.dtype(), [value](auto v, auto m) {
-    return m != 0 ? static_cast<decltype(v)>(value) : v;
-  }, "masked_fill");
+  Tensor out = pointwise(OpId::masked_fill, "forward", PointwiseFn::masked_fill, {x, mask}, x.dtype(), value);
   if (graph::needs_grad({&x})) {
     SavedTensor sm(mask);
     record(OpId::masked_fill, {x}, out, [sm](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{map2(g[0], sm.unpack("masked_fill"), g[0].dtype(),
-                                      [](auto gi, auto m) { return m != 0 ? decltype(gi)(0) : gi; })};
+      return std::vector<Tensor>{pointwise(OpId::masked_fill, "backward", PointwiseFn::masked_fill_grad,
+                                           {g[0], sm.unpack("masked_fill")}, g[0].dtype())};
     });
   }
   return finish(OpId::masked_fill, p, out, x.dtype());
@@ -388,15 +264,12 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
 
 // NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
 // The gradient passes where y > 0 and is 0 elsewhere, whatever g holds there (PyTorch's
-// threshold_backward; the same as the ReLU fused into conv2d and dense). f16/bf16 tensors in
-// one dense block take the bit kernels above (the same results, no widening to f32).
+// threshold_backward; the same as the ReLU fused into conv2d and dense).
 Tensor relu(const Tensor& x0) {
   Prepared p = autocast_inputs(OpId::relu, {x0});
   const Tensor& x = p.in[0];
   check_floating("relu", x, "input");
-  Tensor out = relu_bits_apply(x)
-                         ? relu_bits(x)
-                         : map1(x, x.dtype(), [](auto v) { return (v > 0) | (v != v) ? v : decltype(v)(0); });
+  Tensor out = pointwise(OpId::relu, "forward", PointwiseFn::relu, {x}, x.dtype());
   if (graph::needs_grad({&x})) {
     SavedTensor so(out.detach());
     record(OpId::relu, {x}, out, [so](const std::vector<Tensor>& g) {
@@ -407,55 +280,22 @@ Tensor relu(const Tensor& x0) {
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
-  return unary_op(OpId::leaky_relu, x,
-                  [slope](auto v) { return v > 0 ? v : v * static_cast<decltype(v)>(slope); },
-                  [slope](auto xi, auto) { return xi > 0 ? decltype(xi)(1) : static_cast<decltype(xi)>(slope); }, Needs::x);
+  return unary_op<pw::LeakyRelu>(OpId::leaky_relu, x, PointwiseFn::leaky_relu, PointwiseFn::leaky_relu_grad, slope);
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approx) {
-  if (approx == GeluApproximation::tanh) {
-    return unary_op(OpId::gelu, x,
-                    [](auto v) {
-                      using C = decltype(v);
-                      const C k = static_cast<C>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
-                      return C(0.5) * v * (C(1) + std::tanh(k * (v + C(0.044715) * v * v * v)));
-                    },
-                    [](auto v, auto) {
-                      using C = decltype(v);
-                      const C k = static_cast<C>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
-                      const C t = std::tanh(k * (v + C(0.044715) * v * v * v));
-                      return C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * v * v);
-                    }, Needs::x);
-  }
-  return unary_op(OpId::gelu, x,
-                  [](auto v) {
-                    using C = decltype(v);
-                    return C(0.5) * v * (C(1) + std::erf(v * static_cast<C>(1 / std::numbers::sqrt2)));
-                  },
-                  [](auto v, auto) {
-                    using C = decltype(v);
-                    const C cdf = C(0.5) * (C(1) + std::erf(v * static_cast<C>(1 / std::numbers::sqrt2)));
-                    const C pdf = std::exp(C(-0.5) * v * v) * static_cast<C>(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
-                    return cdf + v * pdf;
-                  }, Needs::x);
+  if (approx == GeluApproximation::tanh)
+    return unary_op<pw::GeluTanh>(OpId::gelu, x, PointwiseFn::gelu_tanh, PointwiseFn::gelu_tanh_grad);
+  return unary_op<pw::GeluErf>(OpId::gelu, x, PointwiseFn::gelu_erf, PointwiseFn::gelu_erf_grad);
 }
 
 Tensor sigmoid(const Tensor& x) {
-  return unary_op(OpId::sigmoid, x, [](auto v) { return 1 / (1 + std::exp(-v)); },
-                  [](auto, auto y) { return y * (1 - y); }, Needs::y);
+  return unary_op<pw::Sigmoid>(OpId::sigmoid, x, PointwiseFn::sigmoid, PointwiseFn::sigmoid_grad);
 }
 
-Tensor tanh(const Tensor& x) {
-  return unary_op(OpId::tanh, x, [](auto v) { return std::tanh(v); }, [](auto, auto y) { return 1 - y * y; }, Needs::y);
-}
+Tensor tanh(const Tensor& x) { return unary_op<pw::Tanh>(OpId::tanh, x, PointwiseFn::tanh, PointwiseFn::tanh_grad); }
 
-Tensor silu(const Tensor& x) {
-  return unary_op(OpId::silu, x, [](auto v) { return v / (1 + std::exp(-v)); },
-                  [](auto v, auto) {
-                    const auto s = 1 / (1 + std::exp(-v));
-                    return s * (1 + v * (1 - s));
-                  }, Needs::x);
-}
+Tensor silu(const Tensor& x) { return unary_op<pw::Silu>(OpId::silu, x, PointwiseFn::silu, PointwiseFn::silu_grad); }
 
 }  // namespace mixprec::ops
 

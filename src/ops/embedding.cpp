@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/cpu/elementwise.h"
 #include "ops/op_common.h"
 
 namespace mixprec::ops {
@@ -121,14 +120,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
   const Tensor mask = dropout_mask(x.shape(), p, gen);
   const double scale = 1.0 / (1.0 - p);
-  auto apply = [scale](auto v, auto m) {
-    using C = decltype(v);
-    return m != 0 ? v * static_cast<C>(scale) : C(0);
-  };
-  Tensor out = map2(x, mask, x.dtype(), apply, "dropout");
+  Tensor out = pointwise(OpId::dropout, "forward", PointwiseFn::dropout, {x, mask}, x.dtype(), scale);
   if (graph::needs_grad({&x})) {
-    record(OpId::dropout, {x}, out, [mask, apply](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{map2(g[0], mask, g[0].dtype(), apply, "dropout")};
+    record(OpId::dropout, {x}, out, [mask, scale](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{pointwise(OpId::dropout, "backward", PointwiseFn::dropout,
+                                           {g[0], mask}, g[0].dtype(), scale)};
     });
   }
   Prepared none;  // dropout runs in its input's dtype at every level, and keeps an explicit choice

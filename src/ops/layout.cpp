@@ -51,6 +51,17 @@ Tensor to_image(const Tensor& x, ImageLayout layout, DType dtype) {
   return out;
 }
 
+Tensor empty_output(const Shape& shape, DType dtype, Device device,
+                    std::initializer_list<const Tensor*> inputs) {
+  for (const Tensor* t : inputs) {
+    if (!t->defined() || t->shape() != shape || t->is_contiguous()) continue;
+    if (!is_dense(t->shape(), t->strides())) continue;
+    auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+    return Tensor::from_storage(std::move(storage), shape, t->strides(), 0, dtype);
+  }
+  return Tensor::empty(shape, {.dtype = dtype, .device = device});
+}
+
 bool fills_its_span(const Tensor& t) {
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims larger than 1
   for (size_t d = 0; d < t.shape().size(); ++d)

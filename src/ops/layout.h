@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <initializer_list>
 #include <numeric>
 
 #include "mixprec/tensor.h"
@@ -82,6 +83,12 @@ inline Tensor with_strides(const Tensor& t, const Strides& strides) {
   out.copy_(t.detach());
   return out;
 }
+
+// A new output of `shape` that keeps the memory layout of the first (defined) input with the same
+// shape whose strides are a dense permutation (channels-last stays channels-last through
+// relu/add); row-major otherwise.
+Tensor empty_output(const Shape& shape, DType dtype, Device device,
+                    std::initializer_list<const Tensor*> inputs);
 
 // True if t's elements fill [data_ptr, data_ptr + numel) exactly once, in any dim order (a
 // permuted packed tensor, e.g. the transposed view W^T of a packed W, or a channels-last image).

@@ -3,7 +3,6 @@
 // Transposed operands (W^T in linear, b^T and a^T in backward) are strided views, never copies.
 // Accumulation is f32 for f32/f16/bf16 (f64 for f64); linear's weight and bias gradients are
 // produced directly in acc_dtype (f32 for bf16/f16), unrounded, for the fp32 master weights.
-#include "ops/cpu/elementwise.h"
 #include "ops/dispatch.h"
 #include "ops/matmul_problem.h"
 #include "ops/op_common.h"

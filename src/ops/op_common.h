@@ -11,6 +11,7 @@
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise_problem.h"
 
 namespace mixprec::ops::detail {
 
@@ -38,6 +39,15 @@ void record(OpId op, const std::vector<Tensor>& diff_inputs, Tensor& out, Backwa
             bool accepts_any_grad_dtype = false);
 void record(OpId op, const std::vector<Tensor>& diff_inputs, std::vector<Tensor>& outs,
             BackwardFn backward);
+
+// fn(operands...) through dispatch (elementwise_problem.h) into a new tensor of out_dtype, of the
+// operands' broadcast shape and laid out like them (empty_output); logged as `op` `phase`.
+// Defined in elementwise.cpp, with relu_backward: ReLU's gradient from its output, y > 0 ? g : +0,
+// in g's dtype (the separate op and the ReLU fused into conv2d and linear all use it).
+Tensor pointwise(OpId op, std::string_view phase, PointwiseFn fn,
+                 std::initializer_list<Tensor> operands, DType out_dtype, double a = 0,
+                 double b = 0);
+Tensor relu_backward(const Tensor& g, const Tensor& y);
 
 // The shape numpy broadcasting gives a and b; throws naming op if incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);

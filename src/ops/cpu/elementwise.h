@@ -4,18 +4,19 @@
 // or f64 when any operand is f64) with the vectorised converters, f applied in a plain loop the
 // compiler vectorises, the result rounded once to the output dtype. Chunks are spread over
 // OpenMP threads; each output element is written by one thread, so results do not depend on
-// the thread count. This is both the reference and the CPU implementation of pointwise ops.
+// the thread count. cpu::pointwise (cpu/elementwise.cpp) runs every pointwise formula through it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <initializer_list>
 
 #include "mixprec/convert.h"
 #include "mixprec/tensor.h"
 #include "ops/dispatch.h"
-#include "ops/op_common.h"
 
-namespace mixprec::ops::detail {
+namespace mixprec::ops::cpu {
 
 inline constexpr int64_t kChunk = 512;
 
@@ -83,17 +84,14 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
 template <class C, size_t N, class F>
 void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f);
 
-// MIXPREC_VERBOSE line for a pointwise kernel (they have one implementation: these loops).
+// MIXPREC_VERBOSE line for a pointwise kernel (besides dispatch's).
 void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype);
 
-// The elementwise engine's entry point (timed under MIXPREC_PROFILE).
+// The elementwise engine's entry point.
 template <class C, size_t N, class F>
 void run_elementwise(const Tensor& out, const std::array<const Tensor*, N>& ins, F&& f) {
   if (verbose_level() > 0) log_elementwise(N, out, ins[0]->dtype());
-  if (!profiling()) return run_elementwise_impl<C, N>(out, ins, f);
-  const double t0 = profile_now();
   run_elementwise_impl<C, N>(out, ins, f);
-  profile_add("elementwise", std::to_string(N) + "-input", std::string(dtype_name(ins[0]->dtype())), profile_now() - t0);
 }
 
 template <class C, size_t N, class F>
@@ -153,63 +151,4 @@ void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>&
   }
 }
 
-inline bool any_f64(std::initializer_list<DType> ds) {
-  for (DType d : ds)
-    if (d == DType::f64) return true;
-  return false;
-}
-
-// A new output of `shape` that keeps the memory layout of the first input with the same shape
-// whose strides are a dense permutation (channels-last stays channels-last through relu/add);
-// row-major otherwise.
-Tensor empty_output(const Shape& shape, DType dtype, Device device,
-                    std::initializer_list<const Tensor*> inputs);
-
-// out[i] = f(x[i]) into a new tensor of dtype out_dtype.
-template <class F>
-Tensor map1(const Tensor& x, DType out_dtype, F&& f) {
-  Tensor out = empty_output(x.shape(), out_dtype, x.device(), {&x});
-  std::array<const Tensor*, 1> ins{&x};
-  if (any_f64({x.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
-  else run_elementwise<float>(out, ins, f);
-  return out;
-}
-
-// Broadcasting binary map.
-template <class F>
-Tensor map2(const Tensor& a, const Tensor& b, DType out_dtype, F&& f, std::string_view op = "map2") {
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
-  Tensor out = empty_output(shape, out_dtype, a.device(), {&a, &b});
-  std::array<const Tensor*, 2> ins{&a, &b};
-  if (any_f64({a.dtype(), b.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
-  else run_elementwise<float>(out, ins, f);
-  return out;
-}
-
-// Broadcasting ternary map (where).
-template <class F>
-Tensor map3(const Tensor& a, const Tensor& b, const Tensor& c, DType out_dtype, F&& f,
-            std::string_view op = "map3") {
-  const Shape shape = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), op), c.shape(), op);
-  Tensor out = empty_output(shape, out_dtype, a.device(), {&a, &b, &c});
-  std::array<const Tensor*, 3> ins{&a, &b, &c};
-  if (any_f64({a.dtype(), b.dtype(), c.dtype(), out_dtype})) run_elementwise<double>(out, ins, f);
-  else run_elementwise<float>(out, ins, f);
-  return out;
-}
-
-// ---- ReLU on 16-bit floats, on the bits (no widening): one integer compare per element.
-// y = relu(x) keeps x where x > 0 or x is NaN (+0 stays +0, -0 becomes +0); the gradient mask
-// passes g where y > 0 (1 <= bits <= +inf's bits) and gives +0 elsewhere, NaN outputs included
-// (PyTorch's threshold_backward). Exactly what the f32 path computes, without the conversions.
-
-// True if the bit kernels apply: f16 or bf16 tensors occupying one dense block.
-bool relu_bits_apply(const Tensor& x);
-// out = relu(x) into a new tensor in x's layout.
-Tensor relu_bits(const Tensor& x);
-// ReLU's gradient from its output: y > 0 ? g : +0, in g's dtype (the separate op and the ReLU
-// fused into conv2d and dense all use this). On the bits when g and y share a 16-bit dtype and
-// a dense layout, else through the elementwise engine.
-Tensor relu_backward(const Tensor& g, const Tensor& y);
-
-}  // namespace mixprec::ops::detail
+}  // namespace mixprec::ops::cpu

@@ -1,15 +1,22 @@
 // The cpu backend: our own vector kernels for shapes where they beat oneDNN 2.6 (or where it
 // has none), registered ahead of oneDNN (see register.cpp). Each declines, with the reason,
 // every problem outside its niche. Problems and their invariants: ops/<family>_problem.h.
-// Also ours, but not dispatched kernels: the elementwise engine (cpu/elementwise.h).
+// The elementwise engine behind cpu::pointwise is in cpu/elementwise.h.
 #pragma once
 
 #include <string>
 
 #include "ops/conv_problem.h"
+#include "ops/elementwise_problem.h"
 #include "ops/pool_problem.h"
 
 namespace mixprec::ops::cpu {
+
+// elementwise.cpp: every pointwise formula through the vectorised engine; ReLU and its gradient
+// mask on the bits of dense f16/bf16 tensors.
+void pointwise(const PointwiseProblem& p);
+std::string relu_bits16_declines(const PointwiseProblem& p);
+void relu_bits16(const PointwiseProblem& p);
 
 // conv_direct.cpp: single-input-channel convolutions with at most 8 output channels (LeNet's
 // first conv), forward and backward-weights, f32 register accumulation, channels-last output.

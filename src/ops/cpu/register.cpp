@@ -7,6 +7,9 @@ namespace mixprec::ops {
 
 void register_cpu_kernels() {
   constexpr Device::Type kCpu = Device::Type::cpu;
+  register_kernel<PointwiseProblem>({"bits16", kCpu, cpu::relu_bits16_declines, cpu::relu_bits16});
+  register_kernel<PointwiseProblem>({"cpu", kCpu, accept_all, cpu::pointwise});
+
   register_kernel<ConvFwdProblem>(
       {"direct_c1", kCpu, cpu::conv_direct_c1_fwd_declines, cpu::conv_direct_c1_fwd});
   register_kernel<ConvFwdProblem>(

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ops/conv_problem.h"
+#include "ops/elementwise_problem.h"
 #include "ops/loss_problem.h"
 #include "ops/matmul_problem.h"
 #include "ops/norm_problem.h"
@@ -14,6 +15,9 @@
 #include "ops/softmax_problem.h"
 
 namespace mixprec::ops::ref {
+
+// elementwise.cpp: every pointwise formula, one element at a time.
+void pointwise(const PointwiseProblem& p);
 
 // matmul.cpp: per batch, b widened once into a transposed panel; sequential dot products.
 void matmul(const MatmulProblem& p);
