@@ -1,59 +1,41 @@
 // embedding (row gather) and dropout (inverted, counter-based mask), forward and backward side
-// by side. Both are plain OpenMP loops (no oneDNN primitive fits). Invariants: embedding's
-// backward scatter-adds in acc_dtype with one thread per weight row, positions in order (no
-// atomics), so it is deterministic; dropout's mask bit for element i depends only on the
-// generator's (seed, counter) and i, so it is the same for any thread count.
-#include <algorithm>
+// by side. Embedding's kernels: embedding_problem.h; dropout applies its mask with a pointwise
+// formula. Invariant: dropout's mask bit for element i depends only on the generator's (seed,
+// counter) and i, so it is the same for any thread count.
 #include <array>
 #include <cmath>
-#include <cstring>
 
+#include "ops/dispatch.h"
+#include "ops/embedding_problem.h"
+#include "ops/layout.h"
 #include "ops/op_common.h"
 
 namespace mixprec::ops {
 using namespace detail;
 
+std::string EmbeddingFwdProblem::describe() const {
+  return desc(weight) + " rows " + desc(indices) + " -> " + desc(out);
+}
+std::string EmbeddingBwdProblem::describe() const {
+  return desc(grad) + " rows " + desc(indices) + " -> " + desc(dweight);
+}
+
 // ---------------------------------------------------------------- embedding
 
 namespace {
 
-// Indices as a contiguous i64 vector, every one checked against [0, num).
-std::vector<int64_t> checked_indices(const Tensor& indices, int64_t num) {
+// The indices as a new contiguous i64 tensor, every one checked against [0, num).
+Tensor checked_indices(const Tensor& indices, int64_t num) {
   MIXPREC_CHECK(indices.dtype() == DType::i32 || indices.dtype() == DType::i64,
                 "embedding: expected i32 or i64 indices, got ", dtype_name(indices.dtype()),
                 Hint{"cast the indices with astype(DType::i64)"});
-  std::vector<int64_t> idx = indices.to_vector<int64_t>();
-  for (size_t i = 0; i < idx.size(); ++i)
-    MIXPREC_CHECK(idx[i] >= 0 && idx[i] < num, "embedding: index ", idx[i], " (at flat position ", i,
+  Tensor idx = packed(indices, DType::i64).reshape({indices.numel()});
+  if (idx.storage() == indices.storage()) idx = idx.clone();  // the node keeps its own copy
+  const int64_t* p = idx.data<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    MIXPREC_CHECK(p[i] >= 0 && p[i] < num, "embedding: index ", p[i], " (at flat position ", i,
                   ") is out of range for ", num, " embeddings (valid: 0..", num - 1, ")");
   return idx;
-}
-
-// grad [n, dim] (contiguous) scattered into a zero [num, dim] table in acc dtype. Positions
-// are bucketed by row (counting sort, stable); each row sums its positions in order.
-Tensor embedding_backward(const Tensor& grad, const std::vector<int64_t>& idx, int64_t num, int64_t dim) {
-  const DType acc = acc_dtype(grad.dtype());
-  Tensor out = zeros({num, dim}, {.dtype = acc, .device = grad.device()});
-  std::vector<int64_t> start(static_cast<size_t>(num) + 1, 0), pos(idx.size());
-  for (int64_t r : idx) ++start[static_cast<size_t>(r) + 1];
-  for (size_t r = 0; r < static_cast<size_t>(num); ++r) start[r + 1] += start[r];
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (size_t i = 0; i < idx.size(); ++i) pos[static_cast<size_t>(fill[static_cast<size_t>(idx[i])]++)] = static_cast<int64_t>(i);
-  const Tensor g = grad.contiguous();
-  visit_float(g.dtype(), [&]<class T>() {
-    using A = compute_t<T>;
-    const T* gb = static_cast<const T*>(g.data_ptr());
-    A* ob = static_cast<A*>(out.data_ptr());
-#pragma omp parallel for schedule(dynamic, 64) if (static_cast<int64_t>(idx.size()) * dim > 32768)
-    for (int64_t r = 0; r < num; ++r) {
-      A* orow = ob + r * dim;
-      for (int64_t k = start[static_cast<size_t>(r)]; k < start[static_cast<size_t>(r) + 1]; ++k) {
-        const T* grow = gb + pos[static_cast<size_t>(k)] * dim;
-        for (int64_t j = 0; j < dim; ++j) orow[j] += static_cast<A>(load(grow[j]));
-      }
-    }
-  });
-  return out;
 }
 
 }  // namespace
@@ -67,22 +49,21 @@ Tensor embedding(const Tensor& indices, const Tensor& weight0) {
   MIXPREC_CHECK(w.dim() == 2, "embedding: expected a weight of shape [num_embeddings, dim], got ",
                 shape_str(w.shape()));
   const int64_t num = w.size(0), dim = w.size(1);
-  std::vector<int64_t> idx = checked_indices(indices, num);
+  const Tensor idx = checked_indices(indices, num);
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
-  Tensor out = Tensor::empty(out_shape, {.dtype = w.dtype(), .device = w.device()});
-  const Tensor wc = w.detach().contiguous();
-  const size_t row_bytes = static_cast<size_t>(dim) * w.itemsize();
-  const char* wb = static_cast<const char*>(wc.data_ptr());
-  char* ob = static_cast<char*>(out.data_ptr());
-  const int64_t n = static_cast<int64_t>(idx.size());
-#pragma omp parallel for schedule(static) if (n * dim > 32768)
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(ob + static_cast<size_t>(i) * row_bytes, wb + static_cast<size_t>(idx[static_cast<size_t>(i)]) * row_bytes, row_bytes);
+  const EmbeddingFwdProblem f{w.detach().contiguous(), idx,
+                              Tensor::empty(out_shape, {.dtype = w.dtype(), .device = w.device()})};
+  dispatch(OpId::embedding, "forward", f);
+  Tensor out = f.out;
   if (graph::needs_grad({&w})) {
-    auto shared_idx = std::make_shared<const std::vector<int64_t>>(std::move(idx));
-    record(OpId::embedding, {w}, out, [shared_idx, num, dim, n](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{embedding_backward(g[0].reshape({n, dim}), *shared_idx, num, dim)};
+    const int64_t n = idx.numel();
+    record(OpId::embedding, {w}, out, [idx, num, dim, n](const std::vector<Tensor>& g) {
+      const Tensor grad = g[0].reshape({n, dim}).contiguous();
+      const EmbeddingBwdProblem b{grad, idx,
+                                  zeros({num, dim}, {.dtype = acc_dtype(grad.dtype()), .device = grad.device()})};
+      dispatch(OpId::embedding, "backward", b);
+      return std::vector<Tensor>{b.dweight};
     });
   }
   return finish(OpId::embedding, p, out, w.dtype());

@@ -7,6 +7,7 @@
 
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
+#include "ops/embedding_problem.h"
 #include "ops/loss_problem.h"
 #include "ops/matmul_problem.h"
 #include "ops/norm_problem.h"
@@ -18,6 +19,10 @@ namespace mixprec::ops::ref {
 
 // elementwise.cpp: every pointwise formula, one element at a time.
 void pointwise(const PointwiseProblem& p);
+
+// embedding.cpp: row copies; the backward buckets positions by row (deterministic, no atomics).
+void embedding_fwd(const EmbeddingFwdProblem& p);
+void embedding_bwd(const EmbeddingBwdProblem& p);
 
 // matmul.cpp: per batch, b widened once into a transposed panel; sequential dot products.
 void matmul(const MatmulProblem& p);

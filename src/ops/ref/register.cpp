@@ -8,6 +8,8 @@ namespace mixprec::ops {
 void register_ref_kernels() {
   constexpr Device::Type kCpu = Device::Type::cpu;
   register_kernel<PointwiseProblem>({"ref", kCpu, accept_all, ref::pointwise});
+  register_kernel<EmbeddingFwdProblem>({"ref", kCpu, accept_all, ref::embedding_fwd});
+  register_kernel<EmbeddingBwdProblem>({"ref", kCpu, accept_all, ref::embedding_bwd});
   register_kernel<MatmulProblem>({"ref", kCpu, accept_all, ref::matmul});
   register_kernel<ConvFwdProblem>({"ref", kCpu, accept_all, ref::conv_fwd});
   register_kernel<ConvBwdDataProblem>({"ref", kCpu, accept_all, ref::conv_bwd_data});
