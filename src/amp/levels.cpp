@@ -60,6 +60,7 @@ static OpId resolve_op(const std::string& name) {
       {"maxpool2d", OpId::max_pool2d},    {"avgpool2d", OpId::avg_pool2d},
       {"batchmatmul", OpId::matmul},      {"sigmoid", OpId::sigmoid},
       {"tanh", OpId::tanh},               {"embedding", OpId::embedding},
+      {"hswish", OpId::hardswish},
   };
   if (auto id = find_op(name)) return *id;
   std::string key;

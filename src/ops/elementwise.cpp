@@ -18,9 +18,10 @@ namespace {
 constexpr std::string_view kFnNames[] = {
     "add_scalar", "mul_scalar", "pow_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "abs",
     "clamp", "relu", "leaky_relu", "gelu_erf", "gelu_tanh", "sigmoid", "tanh", "silu",
-    "add_scalar_grad", "mul_scalar_grad", "pow_scalar_grad", "neg_grad", "exp_grad",
+    "hardswish", "add_scalar_grad", "mul_scalar_grad", "pow_scalar_grad", "neg_grad", "exp_grad",
     "log_grad", "sqrt_grad", "rsqrt_grad", "abs_grad", "clamp_grad", "leaky_relu_grad",
-    "gelu_erf_grad", "gelu_tanh_grad", "sigmoid_grad", "tanh_grad", "silu_grad", "add", "sub", "mul", "div", "div_grad_b", "pow", "pow_da", "pow_db",
+    "gelu_erf_grad", "gelu_tanh_grad", "sigmoid_grad", "tanh_grad", "silu_grad",
+    "hardswish_grad", "add", "sub", "mul", "div", "div_grad_b", "pow", "pow_da", "pow_db",
     "maximum", "maximum_grad_a", "maximum_grad_b", "minimum", "minimum_grad_a", "minimum_grad_b",
     "where", "where_grad_a", "where_grad_b", "masked_fill", "masked_fill_grad", "relu_mask",
     "dropout"};
@@ -296,6 +297,10 @@ Tensor sigmoid(const Tensor& x) {
 Tensor tanh(const Tensor& x) { return unary_op<pw::Tanh>(OpId::tanh, x, PointwiseFn::tanh, PointwiseFn::tanh_grad); }
 
 Tensor silu(const Tensor& x) { return unary_op<pw::Silu>(OpId::silu, x, PointwiseFn::silu, PointwiseFn::silu_grad); }
+
+Tensor hardswish(const Tensor& x) {
+  return unary_op<pw::Hardswish>(OpId::hardswish, x, PointwiseFn::hardswish, PointwiseFn::hardswish_grad);
+}
 
 }  // namespace mixprec::ops
 

@@ -10,6 +10,7 @@
 // condition, masks) are read as C.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -145,6 +146,19 @@ struct Silu : Params {
     return s * (1 + v * (1 - s));
   }
 };
+// MindSpore's HSwish (PyTorch's hardswish): x * relu6(x + 3) / 6. Its derivative is 0 below -3,
+// x / 3 + 1/2 on [-3, 3] and 1 above (PyTorch's choice at the kinks). NaN propagates.
+struct Hardswish : Params {
+  static constexpr Needs needs = Needs::x;
+  template <class C> C operator()(C v) const {
+    const C r6 = std::min(std::max(v + C(3), C(0)), C(6));
+    return v * r6 / C(6);
+  }
+  template <class C> C dfdx(C xi, C) const {
+    return xi < C(-3) ? C(0) : (xi <= C(3) ? xi / C(3) + C(0.5) : C(1));
+  }
+};
+
 // g * f'(x, y) for a unary formula F, reading what F::needs says was saved: (g), (g, x),
 // (g, y) or (g, x, y). A one-operand derivative (x or y) is called as dfdx(s, s).
 template <class F>
@@ -254,10 +268,10 @@ struct Dropout : Params {  // (x, mask); a: 1 / (1 - p)
 enum class PointwiseFn : uint8_t {
   // unary, and g * f'
   add_scalar, mul_scalar, pow_scalar, neg, exp, log, sqrt, rsqrt, abs, clamp, relu, leaky_relu,
-  gelu_erf, gelu_tanh, sigmoid, tanh, silu,
+  gelu_erf, gelu_tanh, sigmoid, tanh, silu, hardswish,
   add_scalar_grad, mul_scalar_grad, pow_scalar_grad, neg_grad, exp_grad, log_grad, sqrt_grad,
   rsqrt_grad, abs_grad, clamp_grad, leaky_relu_grad, gelu_erf_grad, gelu_tanh_grad,
-  sigmoid_grad, tanh_grad, silu_grad,
+  sigmoid_grad, tanh_grad, silu_grad, hardswish_grad,
   // binary, ternary and their gradients
   add, sub, mul, div, div_grad_b, pow, pow_da, pow_db, maximum, maximum_grad_a, maximum_grad_b,
   minimum, minimum_grad_a, minimum_grad_b, where, where_grad_a, where_grad_b, masked_fill,
@@ -299,6 +313,7 @@ decltype(auto) visit_pointwise(const PointwiseProblem& p, G&& g) {
     case PointwiseFn::sigmoid: return g(pw::Sigmoid{prm});
     case PointwiseFn::tanh: return g(pw::Tanh{prm});
     case PointwiseFn::silu: return g(pw::Silu{prm});
+    case PointwiseFn::hardswish: return g(pw::Hardswish{prm});
     case PointwiseFn::add_scalar_grad: return g(pw::Grad<pw::AddScalar>{{prm}});
     case PointwiseFn::mul_scalar_grad: return g(pw::Grad<pw::MulScalar>{{prm}});
     case PointwiseFn::pow_scalar_grad: return g(pw::Grad<pw::PowScalar>{{prm}});
@@ -315,6 +330,7 @@ decltype(auto) visit_pointwise(const PointwiseProblem& p, G&& g) {
     case PointwiseFn::sigmoid_grad: return g(pw::Grad<pw::Sigmoid>{{prm}});
     case PointwiseFn::tanh_grad: return g(pw::Grad<pw::Tanh>{{prm}});
     case PointwiseFn::silu_grad: return g(pw::Grad<pw::Silu>{{prm}});
+    case PointwiseFn::hardswish_grad: return g(pw::Grad<pw::Hardswish>{{prm}});
     case PointwiseFn::add: return g(pw::Add{prm});
     case PointwiseFn::sub: return g(pw::Sub{prm});
     case PointwiseFn::mul: return g(pw::Mul{prm});

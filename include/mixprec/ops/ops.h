@@ -47,6 +47,8 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor silu(const Tensor& x);
+// x * relu6(x + 3) / 6 (MindSpore's HSwish, PyTorch's hardswish); runs in its input dtype.
+Tensor hardswish(const Tensor& x);
 
 // ---------------------------------------------------------------- linear algebra, convolution
 // a [.., M, K] x b [.., K, N] -> [.., M, N]; batch dims broadcast; 1-D operands are promoted

@@ -16,7 +16,7 @@ enum class OpId : uint16_t {
   add, sub, mul, div, pow, maximum, minimum, add_scalar, mul_scalar, pow_scalar,
   neg, exp, log, sqrt, rsqrt, abs, clamp, where, masked_fill,
   // activations
-  relu, leaky_relu, gelu, sigmoid, tanh, silu,
+  relu, leaky_relu, gelu, sigmoid, tanh, silu, hardswish,
   // linear algebra and convolution
   matmul, linear, conv2d,
   // pooling
@@ -85,6 +85,7 @@ inline constexpr std::array<OpInfo, kNumOps> kOps{{
     {OpId::sigmoid, "sigmoid", AmpPolicy::keep, 1, OpKind::compute},
     {OpId::tanh, "tanh", AmpPolicy::keep, 1, OpKind::compute},
     {OpId::silu, "silu", AmpPolicy::keep, 1, OpKind::compute},
+    {OpId::hardswish, "hardswish", AmpPolicy::keep, 1, OpKind::compute},
     {OpId::matmul, "matmul", AmpPolicy::to_low, 2, OpKind::compute},
     {OpId::linear, "linear", AmpPolicy::to_low, 3, OpKind::compute},
     {OpId::conv2d, "conv2d", AmpPolicy::to_low, 3, OpKind::compute},
