@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "cli_error.h"
 #include "mixprec/error.h"
 
 namespace mixprec::cli {
@@ -114,6 +115,9 @@ void validate(const TrainArgs& a) {
   check_range(a.print_every >= 1, "--print-every", "at least 1", static_cast<double>(a.print_every));
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
                 "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
+  with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
+  (void)parse_low_dtype(a.dtype);
+  (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
                 ": needs --checkpoint FILE (where to save)");
   std::error_code ec;
