@@ -1,8 +1,9 @@
 // `mixprec train`: trains a zoo model on an MNIST-format dataset (Fashion-MNIST by default) with
 // any AMP level, low dtype and loss-scale choice; shows progress; evaluates on the test split;
 // writes a JSON report and an fp32 checkpoint on request; --trace writes a per-step CSV.
-// Every output path is checked before the first step; SIGINT/SIGTERM stop after the current step
-// and save (train_signals.h). Options and resume checks: train_settings.h.
+// Every output path is checked before the first step (directories are created after every check);
+// at the end each write is attempted whatever happened to the others; SIGINT/SIGTERM stop after
+// the current step and save (train_signals.h). Options and resume checks: train_settings.h.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -322,12 +323,20 @@ int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Meta
   return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
 }
 
+// The run's output files; a checkpoint is never a stream (a FIFO, /dev/stdout).
+struct OutputPath {
+  const std::string& path;
+  const char* flag;
+  bool stream_ok;
+};
+std::vector<OutputPath> output_paths(const TrainArgs& a) {
+  return {{a.report, "--report", true}, {a.checkpoint, "--checkpoint", false}, {a.trace, "--trace", true}};
+}
+
 int run_train(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   as_usage_error([&] { validate(a); });
-  check_writable(a.report, "--report");
-  check_writable(a.checkpoint, "--checkpoint", /*allow_stream=*/false);
-  check_writable(a.trace, "--trace");
+  for (const OutputPath& o : output_paths(a)) check_writable(o.path, o.flag, o.stream_ok);
   const int threads = set_threads(a.threads);
   const io::Metadata settings = trajectory_settings(a, threads);
   if (!a.resume.empty()) check_same_settings(io::read_safetensors_metadata(a.resume), settings, a.resume);
@@ -365,9 +374,7 @@ int run_train(const TrainArgs& a) {
       train::GuardOptions{.action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate});
   std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history, guard};
   // Every check has passed: only now are missing output directories created.
-  create_parent_dirs(a.report, "--report");
-  create_parent_dirs(a.checkpoint, "--checkpoint");
-  create_parent_dirs(a.trace, "--trace");
+  for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
   std::shared_ptr<TraceWriter> trace;
   if (!a.trace.empty()) callbacks.emplace_back(trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
   if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, settings));
