@@ -313,11 +313,12 @@ int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Meta
   r.samples_per_second = static_cast<double>(r.history.steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
   print_summary(r);
   if (!a.report.empty()) attempt(errors, [&] { write_report(a, r); });
-  const int sig = note_stop_signal(r, model, announced);
+  note_stop_signal(r, model, announced);
   const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
   if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved);
   std::fflush(stdout);
   for (const std::string& e : errors) std::fprintf(stderr, "mixprec: error: %s\n", e.c_str());
+  const int sig = note_stop_signal(r, model, announced);  // last look, just before the exit status
   if (!errors.empty()) return 1;
   if (sig) return 128 + sig;
   return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early

@@ -47,7 +47,7 @@ int write_all(int fd, std::string_view text) {
 void check_creatable(const std::string& path, const fs::path& dir, std::string_view flag) {
   fs::path p = dir;
   struct stat st {};
-  while (!p.empty() && ::stat(p.c_str(), &st) != 0) p = p.parent_path();
+  while (!p.empty() && p != p.parent_path() && ::stat(p.c_str(), &st) != 0) p = p.parent_path();
   if (p.empty()) p = fs::path(".");
   if (::stat(p.c_str(), &st) != 0) return;  // vanished meanwhile: the write will say why
   MIXPREC_CHECK(S_ISDIR(st.st_mode), flag, " ", path, ": cannot create the directory '", dir.string(), "': '",
