@@ -200,8 +200,15 @@ void bind_layers(Modules& m) {
   CellClass<nn::SequentialCell>(m.nn, "SequentialCell")
       .def(py::init([](py::args args) {
              // SequentialCell([a, b]) or SequentialCell(a, b); the arguments are kept alive with it.
-             py::handle cells = args.size() == 1 && py::isinstance<py::list>(args[0]) ? args[0] : args;
-             return std::make_shared<nn::SequentialCell>(cells.cast<std::vector<std::shared_ptr<Cell>>>());
+             const bool one_list = args.size() == 1 && py::isinstance<py::list>(args[0]);
+             const py::object cells = one_list ? py::reinterpret_borrow<py::object>(args[0]) : py::object(args);
+             std::vector<std::shared_ptr<Cell>> list;
+             for (py::handle c : cells) {
+               if (!py::isinstance<Cell>(c)) throw py::type_error("SequentialCell: expected Cells, got a " +
+                                                                  py::str(py::type::of(c).attr("__name__")).cast<std::string>());
+               list.push_back(c.cast<std::shared_ptr<Cell>>());
+             }
+             return std::make_shared<nn::SequentialCell>(std::move(list));
            }), py::keep_alive<1, 2>())
       .def("append", [](nn::SequentialCell& s, std::shared_ptr<Cell> c) { s.append(std::move(c)); }, "cell"_a,
            py::keep_alive<1, 2>())
