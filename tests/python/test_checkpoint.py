@@ -2,8 +2,13 @@
 # installs it into build/python-venv, where ctest runs these tests): what mixprec writes, the
 # package reads with identical values, and what the package writes (f32, f16, bf16) mixprec loads.
 import numpy as np
-import safetensors.numpy
-from safetensors import serialize_file
+
+try:
+    import safetensors.numpy
+    from safetensors import serialize_file
+except ImportError as e:  # a failure, not a skip: the cross-check is required
+    raise ImportError("the reference `safetensors` package is missing: scripts/setup.sh installs it into "
+                      "build/python-venv, the interpreter ctest runs these tests with") from e
 
 import mixprec as ms
 from mixprec import nn
