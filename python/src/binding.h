@@ -42,6 +42,8 @@ void bind_nn(Modules& m);
 void bind_train(Modules& m);
 void bind_train_model(Modules& m);  // model.cpp: Model and callbacks
 void bind_data(Modules& m);
+// Last: wraps every function so that a wrong keyword gives Python's usual TypeError (keywords.cpp).
+void use_python_keyword_errors(const Modules& m);
 
 // The dataset shuffle seed (dataset.config.set_seed, ms.set_seed); module.cpp owns it.
 extern uint64_t g_dataset_seed;

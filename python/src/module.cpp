@@ -93,7 +93,8 @@ PYBIND11_MODULE(mixprec, root) {
   using namespace mixprec::python;
   root.doc() = "mixprec: automatic mixed-precision training (C++), under MindSpore's Python names";
   root.attr("__version__") = MIXPREC_VERSION;
-  Modules m{.root = root};
+  Modules m;
+  m.root = root;
   m.nn = submodule(root, "nn", "Cells, layers, losses, optimizers and metrics");
   m.ops = submodule(root, "ops", "Differentiable operations");
   m.amp = submodule(root, "amp", "Automatic mixed precision and loss scaling");
@@ -125,4 +126,5 @@ PYBIND11_MODULE(mixprec, root) {
   bind_nn(m);
   bind_train(m);
   bind_data(m);
+  use_python_keyword_errors(m);
 }

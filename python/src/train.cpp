@@ -90,7 +90,7 @@ py::object per_tensor(const py::object& inputs, F f) {
   py::tuple out(py::len(inputs));
   size_t i = 0;
   for (const Tensor& t : tensor_list_arg(inputs, "inputs")) out[i++] = f(t);
-  return std::move(out);
+  return out;
 }
 
 bool finite_arg(const py::object& v) { return py::isinstance<Tensor>(v) ? v.cast<Tensor>().item() != 0 : v.cast<bool>(); }
