@@ -145,8 +145,7 @@ void bind_batch_norm(py::class_<BN, Base, std::shared_ptr<BN>> c, const char* na
       .def_readonly("moving_variance", &BN::moving_variance);
 }
 
-void bind_layers(Modules& m) {
-  bind_conv_dense(m);
+void bind_norms_and_activations(Modules& m) {
   bind_batch_norm(CellClass<nn::BatchNorm2d>(m.nn, "BatchNorm2d"), "BatchNorm2d");
   bind_batch_norm(py::class_<nn::BatchNorm1d, nn::BatchNorm2d, std::shared_ptr<nn::BatchNorm1d>>(m.nn, "BatchNorm1d"),
                   "BatchNorm1d");
@@ -161,6 +160,9 @@ void bind_layers(Modules& m) {
   CellClass<nn::GELU>(m.nn, "GELU").def(py::init<bool>(), "approximate"_a = true);
   CellClass<nn::Softmax>(m.nn, "Softmax").def(py::init<int64_t>(), "axis"_a = -1);
   CellClass<nn::Flatten>(m.nn, "Flatten").def(py::init<int64_t, int64_t>(), "start_dim"_a = 1, "end_dim"_a = -1);
+}
+
+void bind_pools(Modules& m) {
   CellClass<nn::MaxPool2d>(m.nn, "MaxPool2d")
       .def(py::init([](int64_t k, int64_t s, const std::string& pad_mode, py::object padding, bool ceil_mode,
                        const std::string& data_format) {
@@ -185,6 +187,9 @@ void bind_layers(Modules& m) {
   CellClass<nn::AdaptiveAvgPool2d>(m.nn, "AdaptiveAvgPool2d")
       .def(py::init([](py::object size) { return std::make_shared<nn::AdaptiveAvgPool2d>(pair_arg(size, "output_size")); }),
            "output_size"_a);
+}
+
+void bind_other_layers(Modules& m) {
   CellClass<nn::Dropout>(m.nn, "Dropout")
       .def(py::init([](std::optional<double> keep_prob, std::optional<double> p) {
              return std::make_shared<nn::Dropout>(p ? *p : keep_prob ? 1.0 - *keep_prob : 0.5);
@@ -279,7 +284,10 @@ void bind_initializers(Modules& m) {
 void bind_nn(Modules& m) {
   bind_initializers(m);
   bind_cell(m);
-  bind_layers(m);
+  bind_conv_dense(m);
+  bind_norms_and_activations(m);
+  bind_pools(m);
+  bind_other_layers(m);
   bind_losses(m);
   bind_zoo(m);
 }
