@@ -21,6 +21,7 @@ PACKAGES=(
   chromium                              # tests: the HTML run report rendered in a real browser
   python3-dev pybind11-dev              # the mixprec Python module (python/)
   python3-numpy python3-pytest python3-venv  # its tests, and the venv that adds safetensors to them
+  ca-certificates                       # pip's TLS to PyPI (that venv)
 )
 
 missing=()
@@ -48,7 +49,14 @@ venv="$BUILD_DIR/python-venv"
 if ! "$venv/bin/python3" -c "import safetensors, numpy, pytest" 2> /dev/null; then
   echo "setup: making $venv with safetensors"
   /usr/bin/python3 -m venv --clear --system-site-packages "$venv"
-  "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-cache-dir "safetensors==0.4.5"
+  # Only the Python tests need it: without PyPI the build and the main job still go on, and the
+  # test that compares against safetensors fails (never skips) until this step succeeds.
+  if ! "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-cache-dir \
+    "safetensors==0.4.5"; then
+    echo "setup: WARNING: could not install safetensors==0.4.5 from PyPI into $venv;" \
+      "the build and the main job do not need it, but the Python tests will fail until" \
+      "'bash scripts/setup.sh' is re-run with PyPI reachable" >&2
+  fi
 fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "$@"
 cmake --build "$BUILD_DIR" -j "$JOBS"
