@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <vector>
 
+#include "cli_error.h"
 #include "commands.h"
 #include "mixprec/allocator.h"
 #include "mixprec/amp/amp.h"
@@ -76,12 +77,18 @@ struct BenchArgs {
 };
 
 int run_bench(const BenchArgs& a) {
+  as_usage_error([&] {
+    MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+    MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
+    MIXPREC_CHECK(a.threads >= 0, "--threads: expected at least 0, got ", a.threads);
+    with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
+    (void)parse_low_dtype(a.dtype);
+    (void)parse_loss_scale(a.loss_scale);
+  });
   const int threads = set_threads(a.threads);
   const AmpLevel level = parse_amp_level(a.amp_level);
   const DType low = parse_low_dtype(a.dtype);
   const int64_t batch = a.batch_size > 0 ? a.batch_size : nn::default_batch_size(a.model);
-  MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
-  MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
   check_writable(a.report, "--report");
   manual_seed(0);
   auto net = nn::make_model(a.model);

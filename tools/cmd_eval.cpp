@@ -3,6 +3,7 @@
 // any AMP level (the weights are cast at use).
 #include <cstdio>
 
+#include "cli_error.h"
 #include "commands.h"
 #include "mixprec/amp/amp.h"
 #include "mixprec/io/checkpoint.h"
@@ -33,7 +34,12 @@ Command register_eval(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "Evaluation batch size")->capture_default_str();
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
   return {cmd, [a] {
-    MIXPREC_CHECK(a->batch_size >= 1, "--batch-size: expected at least 1, got ", a->batch_size);
+    as_usage_error([&] {
+      MIXPREC_CHECK(a->batch_size >= 1, "--batch-size: expected at least 1, got ", a->batch_size);
+      MIXPREC_CHECK(a->threads >= 0, "--threads: expected at least 0, got ", a->threads);
+      with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a->amp_level); });
+      (void)parse_low_dtype(a->dtype);
+    });
     set_threads(a->threads);
     auto net = nn::make_model(a->model);
     const auto report = io::load_param_into_net(*net, io::load_checkpoint(a->checkpoint), {.strict = true});

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "cli_error.h"
 #include "commands.h"
 #include "mixprec/error.h"
 #include "output_file.h"
@@ -19,7 +20,7 @@ struct ReportArgs {
 };
 
 int run_report(const ReportArgs& a) {
-  MIXPREC_CHECK(a.max_points >= 16, "--max-points: expected at least 16, got ", a.max_points);
+  as_usage_error([&] { MIXPREC_CHECK(a.max_points >= 16, "--max-points: expected at least 16, got ", a.max_points); });
   const report::Run run = report::read_run(a.run);
   std::optional<report::Trace> trace;
   if (!a.trace.empty()) trace = report::read_trace(a.trace);

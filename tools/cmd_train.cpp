@@ -1,13 +1,16 @@
 // `mixprec train`: trains a zoo model on an MNIST-format dataset (Fashion-MNIST by default) with
 // any AMP level, low dtype and loss-scale choice; shows progress; evaluates on the test split;
 // writes a JSON report and an fp32 checkpoint on request; --trace writes a per-step CSV.
-// Every output path is checked before the first step; SIGINT/SIGTERM stop after the current step
-// and save (train_signals.h). Options and resume checks: train_settings.h.
+// Every output path is checked before the first step (directories are created after every check);
+// at the end each write is attempted whatever happened to the others; SIGINT/SIGTERM stop after
+// the current step and save (train_signals.h). Options and resume checks: train_settings.h.
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
+#include "cli_error.h"
 #include "commands.h"
 #include "mixprec/allocator.h"
 #include "mixprec/amp/amp.h"
@@ -75,19 +78,11 @@ class History : public train::Callback {
   int64_t n_ = 0;
 };
 
-// "DIR/NAME" or "DIR/NAME.gz", whichever the dataset reads (the raw file wins).
-std::string idx_file(const std::string& dir, const std::string& stem) {
-  std::error_code ec;
-  const auto raw = std::filesystem::path(dir) / stem;
-  return std::filesystem::exists(raw, ec) ? raw.string() : raw.string() + ".gz";
-}
-
 // Every zoo model takes 1x28x28 images (nn/zoo.h).
-void check_image_shape(const dataset::Dataset& ds, const std::string& file, const std::string& model) {
+void check_image_shape(const dataset::Dataset& ds, const std::string& model) {
   const Shape want{1, 28, 28};
-  const Shape got = ds.source().sample_shape();
-  MIXPREC_CHECK(got == want, "--data: ", file, " holds ", got[1], "x", got[2], " images; the zoo's models (--model ",
-                model, ") take ", want[1], "x", want[2], " images (", shape_str(want), " per sample)",
+  MIXPREC_CHECK(ds.source().sample_shape() == want, "--data: ", ds.source().describe_images(),
+                "; the zoo's models (--model ", model, ") take 28x28 images (", shape_str(want), " per sample)",
                 Hint{"pass --data with MNIST-format 28x28 images (MNIST, Fashion-MNIST)"});
 }
 
@@ -100,8 +95,8 @@ Data load_data(const TrainArgs& a) {
   if (a.train_samples > 0) train_opts.num_samples = a.train_samples;
   const dataset::MnistDataset train_raw(a.data, train_opts);
   const dataset::MnistDataset test_raw(a.data, {.usage = "test"});
-  check_image_shape(train_raw, idx_file(a.data, "train-images-idx3-ubyte"), a.model);
-  check_image_shape(test_raw, idx_file(a.data, "t10k-images-idx3-ubyte"), a.model);
+  check_image_shape(train_raw, a.model);
+  check_image_shape(test_raw, a.model);
   Data d{standard_pipeline(train_raw).shuffle(a.seed).batch(a.batch_size, true),
          standard_pipeline(test_raw).batch(256)};
   MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", d.train.num_samples(),
@@ -222,9 +217,12 @@ void print_summary(const RunResult& r) {
 }
 
 // After a stop that the user did not ask for with --max-steps: what was saved and how to go on.
-void print_how_to_continue(const TrainArgs& a, const train::Model& model) {
+void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool checkpoint_saved) {
   if (a.checkpoint.empty()) {
     std::printf("no checkpoint was saved (no --checkpoint): this run cannot be resumed\n");
+  } else if (!checkpoint_saved) {
+    std::printf("the checkpoint could not be saved (see the error): this run cannot be resumed from step %lld\n",
+                static_cast<long long>(model.global_step()));
   } else {
     std::printf("saved %s at step %lld; continue with:\n  %s\n", a.checkpoint.c_str(),
                 static_cast<long long>(model.global_step()), resume_command(command_line(), a.checkpoint).c_str());
@@ -265,41 +263,84 @@ std::map<std::string, double> final_metrics(const TrainArgs& a, train::Model& mo
   return metrics;
 }
 
-// After training: the final metrics, the checkpoint, the summary and the report; after an early
-// stop, how to continue; the exit status (trace write failure: 1; signal: 128 + it; guard: 3).
+// A stop signal that arrived since the last look (during training or any final phase): recorded
+// in the report's "interrupted" and announced once; returns the signal (0: none).
+int note_stop_signal(RunResult& r, const train::Model& model, bool& announced) {
+  const int sig = StopSignals::received();
+  if (sig && !announced) {
+    announced = true;
+    r.interrupted = std::string("stopped by ") + StopSignals::name(sig);
+    std::fprintf(stderr, "mixprec: %s after step %lld\n", r.interrupted.c_str(), static_cast<long long>(model.global_step()));
+    std::fflush(stderr);
+  }
+  return sig;
+}
+
+// Runs one final write; a failure is added to `errors` (so that the other writes still happen).
+template <class F>
+bool attempt(std::vector<std::string>& errors, F&& write) {
+  try {
+    write();
+    return true;
+  } catch (const Error& e) {
+    errors.push_back(e.what());
+    return false;
+  }
+}
+
+// After training: the final metrics, the checkpoint, the summary and the report, each attempted
+// whatever happened to the others; after an early stop, how to continue. A stop signal is looked
+// for after each phase. Exit status: 1 if any write failed (each failure printed with its path
+// and reason), else 128 + the signal, else 3 after a guard stop, else 0.
 int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Metadata& settings,
            const TraceWriter* trace, const dataset::Dataset& test, std::chrono::steady_clock::time_point t0) {
-  const int sig = StopSignals::received();
-  const std::string trace_error = trace ? trace->error() : "";
-  if (sig) r.interrupted = std::string("stopped by ") + StopSignals::name(sig);
-  else if (!trace_error.empty()) r.interrupted = "stopped: " + trace_error;
-  if (sig) std::fprintf(stderr, "mixprec: %s after step %lld\n", r.interrupted.c_str(), static_cast<long long>(model.global_step()));
-  r.metrics = final_metrics(a, model, r.history, test, !r.interrupted.empty() || !r.guard.stop_reason().empty());
-  if (!a.checkpoint.empty()) {
-    train::save_training_state(a.checkpoint, model, settings);
-    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
+  bool announced = false;
+  std::vector<std::string> errors;
+  if (trace && !trace->error().empty()) {
+    errors.push_back(trace->error() + " (training stopped at step " + std::to_string(model.global_step()) + ")");
+    r.interrupted = "stopped: " + trace->error();
   }
+  note_stop_signal(r, model, announced);
+  r.metrics = final_metrics(a, model, r.history, test, !r.interrupted.empty() || !r.guard.stop_reason().empty());
+  note_stop_signal(r, model, announced);
+  const bool checkpoint_saved = !a.checkpoint.empty() && attempt(errors, [&] {
+    with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, settings); });
+    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
+  });
+  note_stop_signal(r, model, announced);
   if (!r.guard.stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", r.guard.stop_reason().c_str());
   r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.samples_per_second = static_cast<double>(r.history.steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
   print_summary(r);
-  if (!a.report.empty()) write_report(a, r);
+  if (!a.report.empty()) attempt(errors, [&] { write_report(a, r); });
+  note_stop_signal(r, model, announced);
   const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
-  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model);
-  MIXPREC_CHECK(trace_error.empty(), trace_error, " (training stopped at step ", model.global_step(), ")");
+  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved);
+  std::fflush(stdout);
+  for (const std::string& e : errors) std::fprintf(stderr, "mixprec: error: %s\n", e.c_str());
+  const int sig = note_stop_signal(r, model, announced);  // last look, just before the exit status
+  if (!errors.empty()) return 1;
   if (sig) return 128 + sig;
   return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
 }
 
+// The run's output files; a checkpoint is never a stream (a FIFO, /dev/stdout).
+struct OutputPath {
+  const std::string& path;
+  const char* flag;
+  bool stream_ok;
+};
+std::vector<OutputPath> output_paths(const TrainArgs& a) {
+  return {{a.report, "--report", true}, {a.checkpoint, "--checkpoint", false}, {a.trace, "--trace", true}};
+}
+
 int run_train(const TrainArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  validate(a);
-  check_writable(a.report, "--report");
-  check_writable(a.checkpoint, "--checkpoint");
-  check_writable(a.trace, "--trace");
+  as_usage_error([&] { validate(a); });
+  for (const OutputPath& o : output_paths(a)) check_writable(o.path, o.flag, o.stream_ok);
   const int threads = set_threads(a.threads);
   const io::Metadata settings = trajectory_settings(a, threads);
-  if (!a.resume.empty()) check_same_settings(io::read_safetensors(a.resume).metadata, settings, a.resume);
+  if (!a.resume.empty()) check_same_settings(io::read_safetensors_metadata(a.resume), settings, a.resume);
   manual_seed(a.seed);
   std::optional<bool> keep_bn;
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
@@ -333,6 +374,8 @@ int run_train(const TrainArgs& a) {
   auto guard = std::make_shared<train::OverflowGuard>(
       train::GuardOptions{.action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate});
   std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history, guard};
+  // Every check has passed: only now are missing output directories created.
+  for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
   std::shared_ptr<TraceWriter> trace;
   if (!a.trace.empty()) callbacks.emplace_back(trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
   if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, settings));

@@ -1,10 +1,13 @@
 // Entry point of the `mixprec` tool: builds the subcommand table, parses, runs, and turns
-// mixprec::Error into a message and exit status 1 (2 for command-line usage errors). No option
+// mixprec::Error into a message and exit status 1; a bad command line exits 2, whether CLI11
+// refuses it (unknown option, unparsable or empty value) or a command's own validation does
+// (cli::UsageError: a value out of range, an unknown choice, conflicting options). No option
 // accepts an empty value: "" is an error, never "not given".
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "cli_error.h"
 #include "commands.h"
 #include "mixprec/error.h"
 #include "mixprec/version.h"
@@ -52,6 +55,9 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) return c.run();
+  } catch (const mixprec::cli::UsageError& e) {
+    std::fprintf(stderr, "mixprec: error: %s\n", e.what());
+    return 2;
   } catch (const mixprec::Error& e) {
     std::fprintf(stderr, "mixprec: error: %s\n", e.what());
     return 1;

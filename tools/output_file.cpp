@@ -1,5 +1,6 @@
-// Checked output files for the CLI (see output_file.h). Plain POSIX calls, so every failure has
-// an errno whose text goes into the message.
+// Checked output files for the CLI (see output_file.h). Replacing a file is io::write_file_atomic's
+// job; this file adds what only the CLI needs: streams (devices, FIFOs) written in place, checks
+// that create nothing, late creation of directories, and the option's name in every message.
 #include "output_file.h"
 
 #include <fcntl.h>
@@ -9,40 +10,22 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <vector>
 
+#include "cli_error.h"
 #include "mixprec/error.h"
+#include "mixprec/io/file.h"
 
 namespace mixprec::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path parent_dir(const std::string& path) {
-  const fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? fs::path(".") : parent;
-}
+std::string prefix(std::string_view flag) { return std::string(flag) + " "; }
 
-void create_parent(const std::string& path, std::string_view flag) {
-  const fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) return;
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  MIXPREC_CHECK(!ec, flag, " ", path, ": cannot create the directory '", parent.string(), "': ", ec.message());
-}
-
-// A new file next to `path` (".NAME.<kind>XXXXXX"); returns its descriptor and sets `tmp`.
-int make_temp(const std::string& path, const char* kind, std::string& tmp, std::string_view flag) {
-  std::string name_pattern = ".";
-  name_pattern.append(fs::path(path).filename().string()).append(".").append(kind).append("XXXXXX");
-  tmp = (parent_dir(path) / name_pattern).string();
-  std::vector<char> name(tmp.begin(), tmp.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
-  MIXPREC_CHECK(fd >= 0, flag, " ", path, ": cannot create a file in '", parent_dir(path).string(), "': ",
-                std::strerror(errno));
-  tmp = name.data();
-  return fd;
+// A character device or a FIFO (following links): written in place, never replaced.
+bool is_stream(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode));
 }
 
 // Writes all of `text` to `fd`; returns 0 or the errno of the failure.
@@ -59,32 +42,49 @@ int write_all(int fd, std::string_view text) {
   return 0;
 }
 
-bool is_special_file(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+// `dir` does not exist: its nearest existing ancestor must be a directory in which this process
+// may create entries.
+void check_creatable(const std::string& path, const fs::path& dir, std::string_view flag) {
+  fs::path p = dir;
+  struct stat st {};
+  while (!p.empty() && p != p.parent_path() && ::stat(p.c_str(), &st) != 0) p = p.parent_path();
+  if (p.empty()) p = fs::path(".");
+  if (::stat(p.c_str(), &st) != 0) return;  // vanished meanwhile: the write will say why
+  MIXPREC_CHECK(S_ISDIR(st.st_mode), flag, " ", path, ": cannot create the directory '", dir.string(), "': '",
+                p.string(), "' is not a directory");
+  MIXPREC_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot create the directory '",
+                dir.string(), "' in '", p.string(), "': ", std::strerror(errno));
 }
 
 }  // namespace
 
-void check_writable(const std::string& path, std::string_view flag) {
+void check_writable(const std::string& path, std::string_view flag, bool allow_stream) {
   if (path.empty()) return;
-  create_parent(path, flag);
-  std::error_code ec;
-  MIXPREC_CHECK(!fs::is_directory(path, ec), flag, " ", path, ": is a directory; expected a file name");
-  if (is_special_file(path)) {  // a device or FIFO: it must open for writing
+  if (allow_stream && is_stream(path)) {  // it must open for writing (a FIFO without a reader: ENXIO)
     const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     MIXPREC_CHECK(fd >= 0, flag, " ", path, ": cannot open for writing: ", std::strerror(errno));
     ::close(fd);
     return;
   }
-  std::string tmp;
-  ::close(make_temp(path, "probe", tmp, flag));
-  ::unlink(tmp.c_str());
+  with_prefix(prefix(flag), [&] {
+    const fs::path target = io::replace_target(path);  // refuses a directory, socket, block device
+    const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    std::error_code ec;
+    if (fs::is_directory(dir, ec)) io::check_replaceable(target);
+    else check_creatable(path, dir, flag);
+  });
+}
+
+void create_parent_dirs(const std::string& path, std::string_view flag) {
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (path.empty() || parent.empty() || fs::is_directory(parent, ec)) return;
+  fs::create_directories(parent, ec);
+  MIXPREC_CHECK(!ec, flag, " ", path, ": cannot create the directory '", parent.string(), "': ", ec.message());
 }
 
 void write_file_replacing(const std::string& path, std::string_view text, std::string_view flag) {
-  create_parent(path, flag);
-  if (is_special_file(path)) {
+  if (is_stream(path)) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     MIXPREC_CHECK(fd >= 0, flag, " ", path, ": cannot open for writing: ", std::strerror(errno));
     const int err = write_all(fd, text);
@@ -92,26 +92,14 @@ void write_file_replacing(const std::string& path, std::string_view text, std::s
     MIXPREC_CHECK(err == 0 && close_err == 0, flag, " ", path, ": write failed: ", std::strerror(err ? err : close_err));
     return;
   }
-  std::string tmp;
-  const int fd = make_temp(path, "tmp", tmp, flag);
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  int err = ::fchmod(fd, 0666 & ~mask) != 0 ? errno : 0;
-  if (!err) err = write_all(fd, text);
-  if (!err && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && !err) err = errno;
-  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err) {
-    ::unlink(tmp.c_str());
-    MIXPREC_CHECK(false, flag, " ", path, ": write failed: ", std::strerror(err),
-                  Hint{"the previous content of the file, if any, is unchanged"});
-  }
+  create_parent_dirs(path, flag);
+  with_prefix(prefix(flag), [&] { io::write_file_atomic(path, text); });
 }
 
 LineFile::LineFile(std::string path, std::string flag, bool append, int64_t keep_bytes)
     : path_(std::move(path)), flag_(std::move(flag)) {
-  create_parent(path_, flag_);
-  if (append && keep_bytes >= 0 && !is_special_file(path_) && ::truncate(path_.c_str(), keep_bytes) != 0)
+  create_parent_dirs(path_, flag_);
+  if (append && keep_bytes >= 0 && !is_stream(path_) && ::truncate(path_.c_str(), keep_bytes) != 0)
     fail("cannot cut the file", errno);
   f_ = std::fopen(path_.c_str(), append ? "a" : "w");
   if (!f_) fail("cannot open for writing", errno);

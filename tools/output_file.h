@@ -1,8 +1,10 @@
-// The CLI's checked output files: every write, flush and close is checked and a failure throws
-// mixprec::Error naming the option, the path and the system's reason (e.g. "No space left on
-// device"). A replaced file goes through a temporary file in the same directory and a rename, so
-// a failed write leaves the previous file intact. Checkpoints are written by the library (io/),
-// not here.
+// The CLI's output files (--report, --trace, --checkpoint, -o). Checks before a run change
+// nothing on disk; missing parent directories are created only once every check of the run has
+// passed (create_parent_dirs), so a refused run leaves nothing behind. A regular file (or a
+// symbolic link to one, which stays a link) is replaced through io::write_file_atomic: a
+// temporary beside it, every write checked, a rename, the previous content kept on failure. A
+// character device or FIFO (/dev/stdout, a pipe) is written in place, as a stream; a directory,
+// socket or block device is refused. Errors name the option, the path and the system's reason.
 #pragma once
 
 #include <cstdint>
@@ -12,22 +14,29 @@
 
 namespace mixprec::cli {
 
-// Before a run: creates the parent directory of `path` if needed, refuses a directory, and checks
-// that a file can be created next to it (a temporary file is created and removed). `flag` (e.g.
-// "--report") starts the message. An empty path is a no-op.
-void check_writable(const std::string& path, std::string_view flag);
+// Before a run: checks that `path` can be written, creating nothing. A character device or FIFO
+// must open for writing (unless `allow_stream` is false: a checkpoint is a file, never a
+// stream); any other existing path must be a regular file or a link to one, and its directory
+// must accept a new file (io::check_replaceable); a directory that does not exist yet must be
+// creatable under its nearest existing ancestor. `flag` (e.g. "--report") starts the message.
+// An empty path is a no-op.
+void check_writable(const std::string& path, std::string_view flag, bool allow_stream = true);
 
-// Writes `text` to `path`: to a temporary file in the same directory, then renamed over `path`.
-// A path that exists and is not a regular file (a device such as /dev/stdout, a FIFO) is written
-// in place. Throws naming `flag`, the path and the reason; the temporary file is removed.
+// Creates the missing parent directories of `path` (call after every check of the run passed).
+// An empty path, or one whose directory exists, is a no-op.
+void create_parent_dirs(const std::string& path, std::string_view flag);
+
+// Writes `text` to `path`: a character device or FIFO in place, anything else through
+// io::write_file_atomic (after create_parent_dirs). Throws naming `flag`, the path and the reason.
 void write_file_replacing(const std::string& path, std::string_view text, std::string_view flag);
 
 // A text file written line by line (the per-step trace): each write is flushed and checked, so a
-// full disk is noticed at the row it hits, not at exit.
+// full disk is noticed at the row it hits, not at exit. It is written in place (it grows during
+// the run; a crash leaves the rows written so far).
 class LineFile {
  public:
   // `append`: keep the existing content (from `keep_bytes` on, the rest is cut off first);
-  // otherwise the file is created or truncated.
+  // otherwise the file is created or truncated. Creates missing parent directories.
   LineFile(std::string path, std::string flag, bool append, int64_t keep_bytes = -1);
   ~LineFile();
   LineFile(const LineFile&) = delete;

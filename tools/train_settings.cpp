@@ -3,11 +3,15 @@
 #include "train_settings.h"
 
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <utility>
 
+#include "cli_error.h"
 #include "mixprec/error.h"
 
 namespace mixprec::cli {
@@ -55,12 +59,23 @@ std::string exact(double v) {
   return buf;
 }
 
+// A decimal integer parsed whole, as (negative, magnitude): every int64 and uint64 value (--seed
+// goes up to 2^64-1) is represented exactly; nullopt if `s` is not an integer.
+std::optional<std::pair<bool, uint64_t>> parse_integer(const std::string& s) {
+  const bool negative = !s.empty() && s[0] == '-';
+  const char* begin = s.data() + (negative ? 1 : 0);
+  const char* end = s.data() + s.size();
+  uint64_t magnitude = 0;
+  const auto [stop, ec] = std::from_chars(begin, end, magnitude);
+  if (begin == end || ec != std::errc() || stop != end) return std::nullopt;
+  return std::pair{negative && magnitude != 0, magnitude};
+}
+
 bool same(Kind kind, const std::string& a, const std::string& b) {
   switch (kind) {
     case Kind::integer: {
-      char *ea = nullptr, *eb = nullptr;
-      const long long x = std::strtoll(a.c_str(), &ea, 10), y = std::strtoll(b.c_str(), &eb, 10);
-      return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;
+      const auto x = parse_integer(a), y = parse_integer(b);
+      return x && y && *x == *y;
     }
     case Kind::real: {
       char *ea = nullptr, *eb = nullptr;
@@ -100,6 +115,9 @@ void validate(const TrainArgs& a) {
   check_range(a.print_every >= 1, "--print-every", "at least 1", static_cast<double>(a.print_every));
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
                 "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
+  with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
+  (void)parse_low_dtype(a.dtype);
+  (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
                 ": needs --checkpoint FILE (where to save)");
   std::error_code ec;

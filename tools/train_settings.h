@@ -41,9 +41,10 @@ struct TrainArgs {
   int64_t print_every = 100;
 };
 
-// Throws naming the option for a value out of its range or a combination that makes no sense
+// Throws naming the option for a value out of its range, an unknown choice (--amp-level,
+// --dtype, --loss-scale, --keep-batchnorm-fp32) or a combination that makes no sense
 // (--save-every without --checkpoint, a --checkpoint that exists in a fresh run without
-// --overwrite).
+// --overwrite, a --resume file that does not exist). The caller makes these usage errors.
 void validate(const TrainArgs& a);
 
 // The settings that change the trajectory, as checkpoint metadata ("cli.<name>").

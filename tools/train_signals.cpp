@@ -1,11 +1,13 @@
 // SIGINT/SIGTERM handling for `mixprec train` and the --resume command it prints (see
 // train_signals.h). The handler is async-signal-safe: it stores to a lock-free atomic and, on the
-// second signal, restores the default action and re-raises.
+// second signal, restores the default action and re-raises. A signal that was ignored when the
+// process started (nohup, a background job of a non-interactive shell) is left ignored.
 #include "train_signals.h"
 
 #include <csignal>
 
 #include <atomic>
+#include <utility>
 
 namespace mixprec::cli {
 namespace {
@@ -42,8 +44,10 @@ StopSignals::StopSignals() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, &g_old_int);
-  sigaction(SIGTERM, &sa, &g_old_term);
+  for (auto [sig, old] : {std::pair{SIGINT, &g_old_int}, std::pair{SIGTERM, &g_old_term}}) {
+    sigaction(sig, nullptr, old);
+    if (old->sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);  // ignored at start (nohup, `cmd &`): stays so
+  }
 }
 
 StopSignals::~StopSignals() {

@@ -2,6 +2,9 @@
 // sets a flag (the handler does nothing else); the training loop sees it at the end of the
 // current step and stops, and the command then saves what it was asked to save and exits with
 // 128 + the signal (130, 143). A second signal ends the process at once, with the default action.
+// A signal ignored when the process started (`nohup`, `cmd &` in a script) stays ignored, as the
+// user or the shell asked. The flag is checked after training and again after each final phase
+// (evaluation, checkpoint, report), so a signal that arrives while those run is not lost.
 #pragma once
 
 #include <string>
@@ -11,7 +14,7 @@ namespace mixprec::cli {
 
 class StopSignals {
  public:
-  StopSignals();   // installs the handlers
+  StopSignals();   // installs the handlers (except for a signal that is ignored)
   ~StopSignals();  // restores the previous ones
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -5,12 +5,14 @@
 // data prefetch thread allocates too).
 #include "mixprec/allocator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
-#include <string_view>
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -67,6 +69,13 @@ int64_t cache_limit_bytes() {
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
+    // More than the machine has can never succeed (and a sanitizer aborts on such a request
+    // instead of returning null): say so before trying.
+    static const size_t machine_bytes =
+        static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGE_SIZE));
+    MIXPREC_CHECK(nbytes <= machine_bytes, "cpu allocator: out of memory: ", nbytes,
+                  " bytes requested, more than this machine's ", machine_bytes, " bytes of memory",
+                  Hint{"use a smaller batch, or check memory_stats() for what is live"});
     const size_t cls = size_class(nbytes);
     if (caching_enabled()) {
       std::lock_guard<std::mutex> lock(mu_);

@@ -56,6 +56,7 @@ fs::path find_file(const char* who, const fs::path& dir, const std::string& stem
 struct Split {
   std::vector<uint8_t> images, labels;
   int64_t count = 0, height = 0, width = 0;
+  std::vector<fs::path> image_files;  // where the images came from, in sample order
 };
 
 Split load_split(const char* who, const fs::path& dir, const std::string& prefix, int num_classes) {
@@ -73,7 +74,7 @@ Split load_split(const char* who, const fs::path& dir, const std::string& prefix
                   Hint{"set MnistOptions::num_classes if this dataset has more classes"});
   }
   return Split{std::move(images.data), std::move(labels.data), images.dims[0], images.dims[1],
-               images.dims[2]};
+               images.dims[2], {images_path}};
 }
 
 class MnistSource final : public Source {
@@ -83,6 +84,7 @@ class MnistSource final : public Source {
   int64_t size() const override { return split_.count; }
   Shape sample_shape() const override { return {1, split_.height, split_.width}; }
   std::string describe() const override { return description_; }
+  std::vector<fs::path> image_files() const override { return split_.image_files; }
   void gather(std::span<const int64_t> indices, uint8_t* images, int32_t* labels) const override {
     const size_t pixels = static_cast<size_t>(split_.height * split_.width);
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -100,10 +102,11 @@ class MnistSource final : public Source {
 };
 
 // Appends `b` to `a` (usage "all"); both must have the same image size.
-void append_split(const char* who, Split& a, Split b, const fs::path& dir) {
-  MIXPREC_CHECK(a.height == b.height && a.width == b.width, who, ": ", dir.string(),
-                ": train images are ", a.height, "x", a.width, " but test images are ", b.height,
-                "x", b.width, "; expected the same size for usage \"all\"");
+void append_split(const char* who, Split& a, Split b) {
+  MIXPREC_CHECK(a.height == b.height && a.width == b.width, who, ": ", a.image_files.front().string(), " holds ",
+                a.height, "x", a.width, " images but ", b.image_files.front().string(), " holds ", b.height, "x",
+                b.width, " images; expected the same size for usage \"all\"");
+  a.image_files.insert(a.image_files.end(), b.image_files.begin(), b.image_files.end());
   a.images.insert(a.images.end(), b.images.begin(), b.images.end());
   a.labels.insert(a.labels.end(), b.labels.begin(), b.labels.end());
   a.count += b.count;
@@ -133,7 +136,7 @@ std::shared_ptr<const Source> make_mnist_source(const char* who, const fs::path&
                                        : std::string("nothing"),
                 Hint{install_hint(who)});
   Split split = load_split(who, dir, usage == "test" ? "t10k" : "train", o.num_classes);
-  if (usage == "all") append_split(who, split, load_split(who, dir, "t10k", o.num_classes), dir);
+  if (usage == "all") append_split(who, split, load_split(who, dir, "t10k", o.num_classes));
   if (o.num_samples) truncate_split(split, *o.num_samples);
   const std::string description = std::string(who) + "(" + dir.string() + ", usage=" + usage + ", " +
                                   std::to_string(split.count) + " samples)";

@@ -45,11 +45,24 @@ T parse_field(const io::Metadata& m, const std::string& key, const std::string& 
   return v;
 }
 
-// A counter or position: an integer >= 0.
+// Counters and positions stay <= 2^53: far beyond any real run (a step a nanosecond for 100
+// days), far below the int64 limit, so that counting on from a loaded value cannot overflow, and
+// exact as a double (JSON reports, metrics).
+constexpr int64_t kMaxCount = int64_t{1} << 53;
+
+// A counter or position: an integer in [0, kMaxCount].
 int64_t get_count(const io::Metadata& m, const std::string& key, const std::string& file) {
   const int64_t v = parse_field<int64_t>(m, key, file);
-  MIXPREC_CHECK(v >= 0, file, ": training state field '", key, "' is ", v, ", expected an integer >= 0");
+  MIXPREC_CHECK(v >= 0 && v <= kMaxCount, file, ": training state field '", key, "' is ", v,
+                v < 0 ? ", expected an integer >= 0" : ", expected an integer >= 0 and <= 2^53 (9007199254740992)");
   return v;
+}
+
+// Refuses counter `small` (field `small_key`) above `large` (field `large_key`).
+void check_at_most(int64_t small, const char* small_key, int64_t large, const char* large_key, const std::string& file,
+                   const char* why) {
+  MIXPREC_CHECK(small <= large, file, ": training state field '", small_key, "' (", small, ") exceeds '", large_key,
+                "' (", large, "); ", why);
 }
 
 // The loss scale: finite and > 0.
@@ -112,8 +125,12 @@ SavedScalars read_scalars(const io::Metadata& m, const std::string& file, const 
                  .rng_offset = parse_field<uint64_t>(m, "rng_offset", file),
                  .scaler = std::nullopt,
                  .info = {get_count(m, "epoch", file), get_count(m, "batch", file), get_count(m, "global_step", file), m}};
-  MIXPREC_CHECK(v.skipped <= v.attempted, file, ": training state field 'skipped_steps' (", v.skipped,
-                ") exceeds 'attempted_steps' (", v.attempted, ")");
+  // Counters of the same steps must agree: a file where they do not was edited or damaged.
+  check_at_most(v.skipped, "skipped_steps", v.attempted, "attempted_steps", file, "a skipped step is an attempted one");
+  check_at_most(v.attempted, "attempted_steps", v.info.global_step, "global_step", file,
+                "each attempted update takes at least one step (more with gradient accumulation)");
+  check_at_most(v.info.batch, "batch", v.info.global_step, "global_step", file, "reaching batch k takes k steps");
+  check_at_most(v.info.epoch, "epoch", v.info.global_step, "global_step", file, "each finished epoch took a step");
   if (lsm) {
     MIXPREC_CHECK(m.count("loss_scale"), file, ": training state field 'loss_scale' is missing, but this run uses ",
                   lsm->description(), Hint{"resume with the loss-scale manager of the saved run"});
@@ -121,9 +138,8 @@ SavedScalars read_scalars(const io::Metadata& m, const std::string& file, const 
                                    .good_steps = get_count(m, "loss_scale_good_steps", file),
                                    .consecutive_overflows = get_count(m, "loss_scale_consecutive_overflows", file),
                                    .total_overflows = get_count(m, "loss_scale_total_overflows", file)};
-    MIXPREC_CHECK(v.scaler->consecutive_overflows <= v.scaler->total_overflows, file,
-                  ": training state field 'loss_scale_consecutive_overflows' (", v.scaler->consecutive_overflows,
-                  ") exceeds 'loss_scale_total_overflows' (", v.scaler->total_overflows, ")");
+    check_at_most(v.scaler->consecutive_overflows, "loss_scale_consecutive_overflows", v.scaler->total_overflows,
+                  "loss_scale_total_overflows", file, "consecutive overflows are among all overflows");
   }
   return v;
 }

@@ -191,7 +191,9 @@ TEST(ExplicitCast, AtO1TheCallersCastSurvivesPassingThroughSubCells) {
   amp::auto_mixed_precision(net, "O1", DType::bf16);
   int seen = 0;
   for (const OpRecord& r : recorded(net, testing::random({2, 4}, 19, DType::f32))) {
-    if (r.cell_path == "relu") EXPECT_EQ(r.compute_dtype, DType::f32) << "relu";
+    if (r.cell_path == "relu") {
+      EXPECT_EQ(r.compute_dtype, DType::f32) << "relu";
+    }
     if (r.cell_path == "b" && r.op == OpId::linear) {
       ++seen;
       EXPECT_EQ(r.compute_dtype, DType::f32) << "b";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --resume refuses every change to a setting that changes the trajectory, comparing numbers
-# exactly (lr 1e-7 vs 4e-7 used to pass as "0.000000"), and names the option with the stored and
+# exactly (lr 1e-7 vs 4e-7 used to pass as "0.000000"; seeds above 2^63 used to saturate), and names the option with the stored and
 # the new value. Settings that only observe or stop (--on-overflow warn vs stop, --threads) are
 # accepted; a different thread count prints a note.
 set -uo pipefail
@@ -32,6 +32,13 @@ refused "--on-overflow warn, this run has --on-overflow promote" "${base[@]}" --
 refused "--batch-size 16, this run has --batch-size 8" --epochs 3 --lr 1e-7 --batch-size 8
 refused "--epochs 3, this run has --epochs 4" --batch-size 16 --lr 1e-7 --epochs 4
 refused "--seed 1, this run has --seed 7" "${base[@]}" --lr 1e-7 --seed 7
+# Seeds above 2^63 compare exactly too (they used to saturate to the same signed integer).
+"$M" "${common[@]}" --max-steps 2 --seed 9223372036854775809 --checkpoint "$dir/big_seed.safetensors" > /dev/null ||
+  fail "run with a seed above 2^63 failed"
+"$M" train --data "$dir/data" --no-eval --threads 2 --resume "$dir/big_seed.safetensors" --max-steps 4 "${base[@]}" \
+  --lr 1e-7 --seed 18446744073709551615 > "$dir/out" 2> "$dir/err" && fail "resume accepted another seed above 2^63"
+grep -qF -- "--seed 9223372036854775809, this run has --seed 18446744073709551615" "$dir/err" ||
+  fail "big seeds: $(cat "$dir/err")"
 refused "--model simplenet, this run has --model lenet" "${base[@]}" --lr 1e-7 --model lenet
 refused "--train-samples -1, this run has --train-samples 32" "${base[@]}" --lr 1e-7 --train-samples 32
 # What does not change the trajectory is accepted: --on-overflow stop, another thread count.

@@ -2,7 +2,8 @@
 # Every option of every command refuses an empty value ("" is never "not given"), and `train`
 # refuses nonsensical numbers (--print-every 0 used to die with SIGFPE, --max-steps 0 and
 # --train-samples -5 were accepted, --save-every without --checkpoint was ignored), each with a
-# message naming the flag. None of this needs a dataset: the values are checked first.
+# message naming the flag, and exit status 2 like any bad command line (value errors found after
+# parsing used to exit 1). None of this needs a dataset: the values are checked first.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -50,4 +51,20 @@ expect_error "--max-steps" train --max-steps 1.5
 expect_error "--lr" train --lr abc
 expect_error "--batch-size: expected at least 1, got 0" eval --checkpoint x.safetensors --batch-size 0
 expect_error "--batch-size: expected at least 0" bench --batch-size -1
+expect_error "--amp-level: unknown amp_level 'O7'" train --amp-level O7
+
+# Exit status 2 for every bad command line, whether CLI11 or the command's own check finds it;
+# 1 for what goes wrong once the command runs (a missing dataset or checkpoint).
+status_of() { "$M" "$@" > /dev/null 2>&1 < /dev/null; echo $?; }
+touch "$dir/exists.safetensors"
+for args in "train --max-steps 0" "train --lr abc" "train --amp-level O7" "train --dtype fp8" \
+            "train --loss-scale sometimes" "train --keep-batchnorm-fp32 maybe" "train --save-every 5" \
+            "train --resume $dir/none.safetensors" "train --checkpoint $dir/exists.safetensors" \
+            "eval --checkpoint x --batch-size 0" "eval --checkpoint x --amp-level O9" "bench --batch-size -1" \
+            "bench --amp-level O9" "report r.json -o r.html --max-points 3"; do
+  # shellcheck disable=SC2086  # word splitting of the argument list is intended
+  [ "$(status_of $args)" = 2 ] || fail "exit status $(status_of $args), expected 2 (bad command line): $args"
+done
+[ "$(status_of train --data "$dir/nothing" --max-steps 1)" = 1 ] || fail "a missing dataset does not exit 1"
+[ "$(status_of eval --checkpoint "$dir/none.safetensors")" = 1 ] || fail "a missing checkpoint does not exit 1"
 echo "empty and nonsensical values are refused ($checked options checked for empty values)"

@@ -16,6 +16,7 @@
 namespace mixprec::dataset {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::TempDir;
 using testing::throws_with;
 using testing::tiny_label;
@@ -79,6 +80,34 @@ TEST_F(TinyMnist, ReadsGzAndRawSplitsInFileOrder) {
   const Batch last = all.get_batch(0, 61);  // batch size 1 by default: the last test sample
   EXPECT_EQ(last.label.at({0}), tiny_label(1011));
   EXPECT_EQ(last.image.at({0, 0, 1, 2}), tiny_pixel(1011, 5));
+}
+
+// The source names the files it read (raw or .gz, whichever was read), through any pipeline, so
+// that a caller's message about image shapes names the file without re-deriving its name.
+TEST_F(TinyMnist, SourceNamesTheImageFilesItReadAndTheirSize) {
+  const fs::path train_file = dir / "train-images-idx3-ubyte.gz", test_file = dir / "t10k-images-idx3-ubyte";
+  const MnistDataset train(dir.path(), {.usage = "train"});
+  EXPECT_EQ(train.source().image_files(), std::vector<fs::path>{train_file});
+  EXPECT_EQ(train.shuffle(1).batch(5).source().image_files(), std::vector<fs::path>{train_file});
+  EXPECT_EQ(train.source().describe_images(), train_file.string() + " holds 4x3 images ([1, 4, 3] per sample)");
+  EXPECT_EQ(MnistDataset(dir.path(), {.usage = "test"}).source().image_files(), std::vector<fs::path>{test_file});
+  const MnistDataset all(dir.path(), {.usage = "all"});
+  EXPECT_EQ(all.source().image_files(), (std::vector<fs::path>{train_file, test_file}));
+  EXPECT_EQ(all.source().describe_images(),
+            train_file.string() + " and " + test_file.string() + " hold 4x3 images ([1, 4, 3] per sample)");
+  const SyntheticDataset synthetic({.num_samples = 4, .image_shape = {1, 5, 6}});
+  EXPECT_TRUE(synthetic.source().image_files().empty());
+  EXPECT_EQ(synthetic.source().describe_images(), synthetic.source().describe() + " holds 5x6 images ([1, 5, 6] per sample)");
+}
+
+TEST(Mnist, UsageAllWithTwoImageSizesNamesBothFiles) {
+  TempDir dir;
+  write_tiny_split(dir.path(), "train", 5, 28, 28, /*gzip=*/false);
+  write_tiny_split(dir.path(), "t10k", 5, 27, 29, /*gzip=*/true);
+  EXPECT_TRUE(throws_with([&] { MnistDataset(dir.path(), {.usage = "all"}); },
+                          {(dir / "train-images-idx3-ubyte").string() + " holds 28x28 images but " +
+                               (dir / "t10k-images-idx3-ubyte.gz").string() + " holds 27x29 images",
+                           "usage \"all\""}));
 }
 
 TEST_F(TinyMnist, NumSamplesTakesTheFirstSamplesAndIsClipped) {

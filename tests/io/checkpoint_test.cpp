@@ -191,6 +191,8 @@ std::vector<uint8_t> file_with_header(const std::string& header, size_t data_byt
   return b;
 }
 
+// The parser refuses `bytes` with `needle` in the message, and so does the header-only metadata
+// reader (read_safetensors_metadata) on the same bytes in a file: the same checks, the same words.
 void expect_error(const std::vector<uint8_t>& bytes, const std::string& needle) {
   try {
     io::parse_safetensors(bytes.data(), bytes.size(), "evil.safetensors");
@@ -200,6 +202,11 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::string& needle) 
     EXPECT_NE(w.find("evil.safetensors"), std::string::npos) << w;
     EXPECT_NE(w.find(needle), std::string::npos) << w;
   }
+  const fs::path p = temp_dir() / "evil.safetensors";
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  const std::string w = testing::error_text([&] { io::read_safetensors_metadata(p); });
+  EXPECT_NE(w.find(p.string() + ": "), std::string::npos) << w;
+  EXPECT_NE(w.find(needle), std::string::npos) << "read_safetensors_metadata: " << w;
 }
 
 TEST(Safetensors, HostileHeaders) {
@@ -254,6 +261,28 @@ TEST(Safetensors, ForeignFilesAreNotSafetensorsNamingWhatWasFound) {
   std::ofstream(p) << "epoch 1: loss 0.5\n";
   const std::string err = testing::error_text([&] { io::load_checkpoint(p); });
   EXPECT_NE(err.find(p.string() + ": not a safetensors file: found text \"epoch 1: loss 0.5 \""), std::string::npos) << err;
+}
+
+// The metadata comes from the header alone: a file declaring a 1 GiB tensor (sparse on disk) gives
+// its metadata without a tensor being allocated, and an ordinary file gives what a full read gives.
+TEST(Safetensors, MetadataIsReadFromTheHeaderAlone) {
+  const fs::path small = temp_dir() / "meta.safetensors";
+  io::write_safetensors(small, {{"w", ones({3, 4})}, {"b", zeros({4})}}, {{"global_step", "7"}, {"format", "x"}});
+  EXPECT_EQ(io::read_safetensors_metadata(small), io::read_safetensors(small).metadata);
+  const std::string header = R"({"__metadata__": {"k": "v"}, "big": {"dtype": "F32", "shape": [268435456], "data_offsets": [0, 1073741824]}})";
+  const std::vector<uint8_t> head = file_with_header(header, 0);
+  const fs::path big = temp_dir() / "big.safetensors";
+  std::ofstream(big, std::ios::binary).write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  fs::resize_file(big, head.size() + (uint64_t{1} << 30));
+  reset_peak_memory();
+  const int64_t live = memory_stats().live_bytes;
+  EXPECT_EQ(io::read_safetensors_metadata(big), (io::Metadata{{"k", "v"}}));
+  EXPECT_LT(memory_stats().peak_bytes - live, int64_t{1} << 20) << "a tensor was allocated";
+  // The size the header is checked against is the file's: one byte short is refused.
+  fs::resize_file(big, head.size() + (uint64_t{1} << 30) - 1);
+  const std::string err = testing::error_text([&] { io::read_safetensors_metadata(big); });
+  EXPECT_NE(err.find("is outside the 1073741823 data bytes"), std::string::npos) << err;
+  fs::remove(big);
 }
 
 TEST(Safetensors, NanInWeightsIsAWarningNotAnError) {

@@ -1,12 +1,17 @@
 // io::write_file_atomic and the cleanup of temporaries: every failure (no directory, a parent
-// that is a file, a file-size limit, a full tmpfs, a directory in the way) throws naming the
-// path and the OS reason, keeps the previous file and leaves no temporary; a writer killed
-// mid-save (kill -9 at the failpoint) leaves the previous file intact and a temporary that the
-// next save or read removes, while a live writer's stays.
+// that is a file, a file-size limit, a full tmpfs) throws naming the path and the OS reason,
+// keeps the previous file and leaves no temporary; a destination that is not a regular file (a
+// directory, FIFO, socket) is refused untouched, and a symbolic link stays a link while its
+// target is replaced. A writer killed mid-save (kill -9 at the failpoint) leaves the previous
+// file intact and a temporary that the next save removes; a live writer's stays, and so does a
+// recent one that another machine may be writing; a read removes nothing.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,14 +79,70 @@ TEST(WriteFileAtomic, MissingDirectoryOrFileAsParentNamesThePathAndReason) {
   EXPECT_EQ(listing(dir), std::set<std::string>{"plainfile"});
 }
 
-TEST(WriteFileAtomic, DirectoryInTheWayKeepsItAndRemovesTheTemporary) {
+TEST(WriteFileAtomic, DirectoryInTheWayIsRefusedAndKept) {
   const fs::path dir = fresh_dir("isdir");
   fs::create_directories(dir / "out.json" / "inside");
   const std::string err = write_error(dir / "out.json", "x");
-  EXPECT_NE(err.find((dir / "out.json").string()), std::string::npos) << err;
-  EXPECT_NE(err.find(std::strerror(EISDIR)), std::string::npos) << err;
+  EXPECT_NE(err.find((dir / "out.json").string() + ": is a directory, not a regular file"), std::string::npos) << err;
   EXPECT_EQ(listing(dir), std::set<std::string>{"out.json"});
   EXPECT_TRUE(fs::is_directory(dir / "out.json" / "inside"));
+}
+
+// A FIFO, a socket and a link to a FIFO are refused before anything is written: a rename would
+// replace them with a regular file (as root, `--checkpoint /dev/null` replaced /dev/null).
+TEST(WriteFileAtomic, FifoSocketAndLinkToFifoAreRefusedAndKept) {
+  const fs::path dir = fresh_dir("notregular");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0) << std::strerror(errno);
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = (dir / "sock").string();
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock_path.c_str());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  fs::create_symlink("fifo", dir / "link");
+  const std::string fifo = write_error(dir / "fifo", "x");
+  EXPECT_NE(fifo.find((dir / "fifo").string() + ": is a FIFO (named pipe), not a regular file; refusing to replace it"),
+            std::string::npos) << fifo;
+  const std::string socket = write_error(dir / "sock", "x");
+  EXPECT_NE(socket.find((dir / "sock").string() + ": is a socket, not a regular file"), std::string::npos) << socket;
+  const std::string link = write_error(dir / "link", "x");
+  EXPECT_NE(link.find((dir / "link").string() + ": links to " + (dir / "fifo").string() + ", a FIFO (named pipe)"),
+            std::string::npos) << link;
+  ::close(sock);
+  EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
+  EXPECT_TRUE(fs::is_socket(dir / "sock"));
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  EXPECT_EQ(listing(dir), (std::set<std::string>{"fifo", "sock", "link"}));
+  // check_replaceable refuses the same way, and accepts a new file in an existing directory.
+  EXPECT_NE(testing::error_text([&] { io::check_replaceable(dir / "fifo"); }).find("is a FIFO"), std::string::npos);
+  EXPECT_NO_THROW(io::check_replaceable(dir / "new.json"));
+  EXPECT_EQ(listing(dir), (std::set<std::string>{"fifo", "sock", "link"}));
+}
+
+// A link (absolute, relative, a chain, dangling) stays a link: the file it points to is replaced
+// (or created), through a temporary in that file's directory.
+TEST(WriteFileAtomic, SymbolicLinkStaysALinkAndItsTargetIsReplaced) {
+  const fs::path dir = fresh_dir("symlink");
+  fs::create_directories(dir / "real");
+  touch(dir / "real" / "r.json", "old");
+  fs::create_symlink(dir / "real" / "r.json", dir / "abs");
+  fs::create_symlink("real/r.json", dir / "rel");
+  fs::create_symlink("rel", dir / "chain");
+  fs::create_symlink("real/new.json", dir / "dangling");
+  io::write_file_atomic(dir / "abs", "one");
+  EXPECT_EQ(slurp(dir / "real" / "r.json"), "one");
+  io::write_file_atomic(dir / "rel", "two");
+  EXPECT_EQ(slurp(dir / "real" / "r.json"), "two");
+  io::write_file_atomic(dir / "chain", "three");
+  EXPECT_EQ(slurp(dir / "real" / "r.json"), "three");
+  io::write_file_atomic(dir / "dangling", "four");
+  EXPECT_EQ(slurp(dir / "real" / "new.json"), "four");
+  for (const char* link : {"abs", "rel", "chain", "dangling"}) EXPECT_TRUE(fs::is_symlink(dir / link)) << link;
+  EXPECT_EQ(io::replace_target(dir / "chain"), dir / "real" / "r.json");
+  EXPECT_EQ(listing(dir), (std::set<std::string>{"real", "abs", "rel", "chain", "dangling"}));
+  EXPECT_EQ(listing(dir / "real"), (std::set<std::string>{"r.json", "new.json"}));
 }
 
 // A write that fails part-way (here: the file-size limit, EFBIG; no mount needed).
@@ -143,32 +204,75 @@ pid_t dead_pid() {
   return pid;
 }
 
-TEST(StaleTemporaries, NextSaveRemovesThoseOfDeadWritersOnly) {
-  const fs::path dir = fresh_dir("stale");
-  const std::string dead = std::to_string(dead_pid());
-  const std::string me = std::to_string(::getpid());
-  touch(dir / (".w.safetensors.tmp." + dead + ".0"));   // killed writer
-  touch(dir / ".w.safetensors.tmp1234567890");          // an earlier version's random name
-  touch(dir / (".w.safetensors.tmp." + std::to_string(::getppid()) + ".3"));  // a live writer
-  touch(dir / ".w.safetensors.tmp.1.0");                                     // pid 1, live
-  touch(dir / (".w.safetensors.tmp." + me + ".9"));
-  // The same pid as ours, but written a day before this process started: the pid was reused.
-  fs::last_write_time(dir / (".w.safetensors.tmp." + me + ".9"),
-                      fs::file_time_type::clock::now() - std::chrono::hours(24));
-  touch(dir / (".other.safetensors.tmp." + dead + ".0"));  // another file's
-  touch(dir / ".w.safetensors.tmp.notapid");              // not ours to judge
-  nn::Dense d(2, 2);
-  io::save_checkpoint(d, dir / "w.safetensors");
-  EXPECT_EQ(listing(dir), (std::set<std::string>{"w.safetensors",
-                                                 ".w.safetensors.tmp." + std::to_string(::getppid()) + ".3",
-                                                 ".w.safetensors.tmp.1.0", ".other.safetensors.tmp." + dead + ".0",
-                                                 ".w.safetensors.tmp.notapid"}));
-  // A read of NAME cleans up too.
-  touch(dir / (".w.safetensors.tmp." + dead + ".1"));
-  (void)io::load_checkpoint(dir / "w.safetensors");
-  EXPECT_FALSE(fs::exists(dir / (".w.safetensors.tmp." + dead + ".1")));
+// Sets `p`'s modification time `age` before now.
+void age(const fs::path& p, std::chrono::seconds age) {
+  fs::last_write_time(p, fs::file_time_type::clock::now() - age);
 }
 
+TEST(StaleTemporaries, NextSaveRemovesThoseOfDeadWritersOnThisMachineOnly) {
+  const fs::path dir = fresh_dir("stale");
+  const std::string tag = io::temporary_host_tag();
+  const std::string dead = std::to_string(dead_pid());
+  const std::string me = std::to_string(::getpid());
+  const std::string t = ".w.safetensors.tmp.";
+  touch(dir / (t + tag + "." + dead + ".0"));                          // killed writer, this machine
+  touch(dir / (t + tag + "." + std::to_string(::getppid()) + ".3"));  // a live writer
+  touch(dir / (t + tag + ".1.0"));                                     // pid 1, live
+  touch(dir / (t + tag + "." + me + ".9"));
+  // The same pid as ours, but written a day before this process started: the pid was reused.
+  age(dir / (t + tag + "." + me + ".9"), std::chrono::hours(24));
+  // Another node of a shared file system, or a container with our host name but its own pid
+  // namespace: their pids mean nothing here. Kept while recent, removed once an hour old.
+  touch(dir / (t + "othernode~4026531836." + dead + ".0"));
+  touch(dir / (t + tag.substr(0, tag.find('~')) + "~1." + dead + ".0"));
+  touch(dir / (t + "oldnode." + dead + ".0"));
+  age(dir / (t + "oldnode." + dead + ".0"), std::chrono::hours(2));
+  // Earlier versions' names carry no host: kept while recent (a random suffix may be all
+  // digits), removed once an hour old.
+  const std::vector<std::string> legacy_recent{".w.safetensors.tmp1234567890", t + dead + ".0",
+                                               ".w.safetensors.tmpAb3xYz", ".w.safetensors.probeQ1w2E3"};
+  const std::vector<std::string> legacy_old{".w.safetensors.tmp9876543210", t + dead + ".1",
+                                            ".w.safetensors.tmpZz9yY8", ".w.safetensors.probeR4t5Y6"};
+  for (const std::string& name : legacy_recent) touch(dir / name);
+  for (const std::string& name : legacy_old) {
+    touch(dir / name);
+    age(dir / name, std::chrono::hours(2));
+  }
+  touch(dir / ".other.safetensors.tmp5555");  // another file's, old
+  age(dir / ".other.safetensors.tmp5555", std::chrono::hours(2));
+  touch(dir / (".other.safetensors.tmp." + tag + "." + dead + ".0"));  // another file's
+  touch(dir / ".w.safetensors.tmp.notapid");                           // not a temporary's name
+  age(dir / ".w.safetensors.tmp.notapid", std::chrono::hours(2));
+  const std::set<std::string> before = listing(dir);
+  nn::Dense d(2, 2);
+  io::save_checkpoint(d, dir / "w.safetensors");
+  std::set<std::string> expected = before;
+  expected.insert("w.safetensors");
+  for (const std::string& gone : legacy_old) expected.erase(gone);
+  for (const std::string& gone : {t + tag + "." + dead + ".0", t + tag + "." + me + ".9", t + "oldnode." + dead + ".0"})
+    expected.erase(gone);
+  EXPECT_EQ(listing(dir), expected);
+}
+
+// Reading never judges temporaries: `mixprec eval` on a login node must not delete a running
+// job's temporary, whatever its name says.
+TEST(StaleTemporaries, ReadRemovesNothing) {
+  const fs::path dir = fresh_dir("read");
+  nn::Dense d(2, 2);
+  io::save_checkpoint(d, dir / "w.safetensors");
+  const std::string dead = std::to_string(dead_pid());
+  const std::set<std::string> temporaries{".w.safetensors.tmp." + io::temporary_host_tag() + "." + dead + ".0",
+                                          ".w.safetensors.tmp." + dead + ".0", ".w.safetensors.tmp123456"};
+  for (const std::string& name : temporaries) {
+    touch(dir / name);
+    age(dir / name, std::chrono::hours(2));
+  }
+  (void)io::load_checkpoint(dir / "w.safetensors");
+  (void)io::read_safetensors_metadata(dir / "w.safetensors");
+  std::set<std::string> expected = temporaries;
+  expected.insert("w.safetensors");
+  EXPECT_EQ(listing(dir), expected);
+}
 void kill_myself(const fs::path&) { ::raise(SIGKILL); }
 
 TEST(StaleTemporaries, KillNineMidSaveLeavesATemporaryTheNextSaveRemoves) {
@@ -194,7 +298,8 @@ TEST(StaleTemporaries, KillNineMidSaveLeavesATemporaryTheNextSaveRemoves) {
   ASSERT_EQ(after_kill.size(), 2u);
   ASSERT_TRUE(after_kill.count("ckpt.safetensors"));
   const std::string left = *after_kill.begin();  // '.' sorts before 'c'
-  EXPECT_EQ(left.rfind(".ckpt.safetensors.tmp." + std::to_string(pid) + ".", 0), 0u) << left;
+  EXPECT_EQ(left.rfind(".ckpt.safetensors.tmp." + io::temporary_host_tag() + "." + std::to_string(pid) + ".", 0), 0u)
+      << left;
   EXPECT_EQ(fs::file_size(dir / left), fs::file_size(p)) << "the whole new checkpoint, written before the kill";
   EXPECT_EQ(slurp(p), before) << "the previous checkpoint is intact";
   io::save_checkpoint(d, p);

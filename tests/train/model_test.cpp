@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "mixprec/mixprec.h"
+#include "test_util.h"
 
 namespace mixprec {
 namespace {
@@ -152,14 +153,7 @@ TEST(Model, O0KeepsTheNetworksOwnAmpConfiguration) {
 
 // Library errors speak in API terms; only the CLI names its flags (it adds them to these).
 TEST(LibraryErrors, NameApiTermsNotCommandLineFlags) {
-  auto message = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  const auto& message = testing::error_text;
   const std::string oom = message([] { (void)allocator_for(Device::cpu()).allocate(size_t{1} << 62); });
   EXPECT_NE(oom.find("use a smaller batch"), std::string::npos) << oom;
   amp::DynamicLossScaleManager manager(1024.0, 2.0, 10);

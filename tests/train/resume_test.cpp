@@ -142,6 +142,13 @@ TEST(Resume, BadMetadataValuesAreRefusedNamingFileAndFieldAndRestoreNothing) {
       {"attempted_steps", "12abc", "is '12abc', expected an integer"},
       {"skipped_steps", "-1", "expected an integer >= 0"},
       {"skipped_steps", "99", "exceeds 'attempted_steps'"},
+      // Bounded (counting on from INT64_MAX overflowed), and counters of the same steps agree.
+      {"global_step", "9223372036854775807", "expected an integer >= 0 and <= 2^53"},
+      {"optimizer_step", "9007199254740993", "expected an integer >= 0 and <= 2^53"},
+      {"loss_scale_good_steps", "9007199254740993", "expected an integer >= 0 and <= 2^53"},
+      {"attempted_steps", "1000", "(1000) exceeds 'global_step' (3)"},
+      {"batch", "1000", "(1000) exceeds 'global_step' (3)"},
+      {"epoch", "4", "(4) exceeds 'global_step' (3)"},
       {"global_step", " 7", "expected an integer"},
       {"global_step", "+7", "expected an integer"},
       {"global_step", "", "expected an integer"},

@@ -53,10 +53,26 @@ class Source {
   virtual int64_t size() const = 0;
   virtual Shape sample_shape() const = 0;  // e.g. {1, 28, 28}
   virtual std::string describe() const = 0;
+  // The files the images were read from, in sample order (empty when they come from no file).
+  virtual std::vector<std::filesystem::path> image_files() const { return {}; }
+  // For messages about image shapes: "DIR/train-images-idx3-ubyte holds 27x29 images ([1, 27, 29]
+  // per sample)"; describe() stands for the files when there are none.
+  std::string describe_images() const;
   // Writes samples `indices` (each in [0, size())) contiguously: images gets
   // indices.size() * numel(sample_shape()) bytes, labels indices.size() values.
   virtual void gather(std::span<const int64_t> indices, uint8_t* images, int32_t* labels) const = 0;
 };
+
+inline std::string Source::describe_images() const {
+  const std::vector<std::filesystem::path> files = image_files();
+  std::string out;
+  for (size_t i = 0; i < files.size(); ++i) out += (i ? " and " : "") + files[i].string();
+  if (files.empty()) out = describe();
+  const Shape s = sample_shape();
+  out += files.size() > 1 ? " hold " : " holds ";
+  if (s.size() >= 2) out += std::to_string(s[s.size() - 2]) + "x" + std::to_string(s.back()) + " ";
+  return out + "images (" + shape_str(s) + " per sample)";
+}
 
 class Dataset;
 
@@ -182,6 +198,8 @@ struct MnistOptions {
 // MNIST or Fashion-MNIST from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte, each raw or
 // .gz (the raw file wins when both exist). All samples are kept in memory as u8 (~55 MB for
 // "all"); those bytes are not counted by the tensor allocator's memory statistics.
+// source().image_files() names the image files read (one, or train then test for "all"), and
+// source().describe_images() their image size, for messages.
 class MnistDataset : public Dataset {
  public:
   explicit MnistDataset(const std::filesystem::path& dir = kFashionMnistDir,

@@ -34,8 +34,12 @@ struct ReadLimits {
 // Parses a safetensors image held in memory (`bytes`); `name` is used in error messages.
 SafetensorsFile parse_safetensors(const uint8_t* bytes, size_t size, const std::string& name,
                                   const ReadLimits& limits = {});
-// Reads `path` (first removing stale temporaries of it: io::remove_stale_temporaries).
+// Reads `path` whole (a reader never removes temporaries: only a writer of `path` does).
 SafetensorsFile read_safetensors(const std::filesystem::path& path, const ReadLimits& limits = {});
+// The metadata of `path`, reading only its header: the header is checked exactly as
+// read_safetensors checks it (lengths, dtypes, shapes, offsets against the file's size, no key
+// twice, no overlap), but no tensor is read or allocated.
+Metadata read_safetensors_metadata(const std::filesystem::path& path, const ReadLimits& limits = {});
 
 // Writes tensors in the given order (names must be unique and not "__metadata__"), atomically.
 void write_safetensors(const std::filesystem::path& path,

@@ -32,7 +32,9 @@ struct ResumeInfo {
 // and options must be built the same way): weights, buffers, optimizer state and step, scaler
 // state, default RNG, and the position. Throws naming the file and the mismatch otherwise, and
 // naming the file and the field for a bad value (each parsed whole: counters and positions are
-// integers >= 0, the loss scale finite and > 0); nothing is restored unless everything checks.
+// integers in [0, 2^53], the loss scale finite and > 0) or for counters that disagree (skipped <=
+// attempted <= global_step, batch and epoch <= global_step, consecutive <= total overflows);
+// nothing is restored unless everything checks.
 ResumeInfo load_training_state(const std::filesystem::path& path, Model& model);
 
 // Saves the training state every `every_steps` steps (and at the end of training if
