@@ -16,7 +16,7 @@
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/nn/zoo.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
@@ -24,6 +24,7 @@
 #include "mixprec/rng.h"
 #include "mixprec/tensor.h"
 #include "mixprec/version.h"
+#include "ops/cast_cache.h"
 #include "ops/dispatch.h"
 
 #if MIXPREC_WITH_ONEDNN

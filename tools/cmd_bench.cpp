@@ -16,7 +16,7 @@
 #include "mixprec/allocator.h"
 #include "mixprec/amp/amp.h"
 #include "mixprec/cpu_features.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
 #include "mixprec/ops/ops.h"

@@ -1,4 +1,7 @@
-// Umbrella header: everything a program that trains with mixprec needs.
+// Umbrella header: everything a program that trains with mixprec programs against (tensors,
+// ops, cells, AMP, optimizers, data, Model, callbacks, guards, checkpoints). The library's
+// internals stay out: the autograd graph's nodes and saved tensors (src/core/graph.h), the
+// weight cast cache (src/ops/cast_cache.h), kernel dispatch (src/ops/dispatch.h).
 #pragma once
 
 #include "mixprec/allocator.h"
@@ -8,7 +11,7 @@
 #include "mixprec/device.h"
 #include "mixprec/dtype.h"
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/half.h"
 #include "mixprec/rng.h"
 #include "mixprec/shape.h"
@@ -16,6 +19,7 @@
 #include "mixprec/version.h"
 
 #include "mixprec/amp/amp.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/data/dataset.h"
@@ -29,4 +33,6 @@
 #include "mixprec/ops/ops.h"
 #include "mixprec/optim/optimizer.h"
 #include "mixprec/train/callback.h"
+#include "mixprec/train/checkpoint.h"
+#include "mixprec/train/guard.h"
 #include "mixprec/train/model.h"

@@ -50,8 +50,8 @@ struct TensorOptions {
   Device device = Device::cpu();
 };
 
-struct AutogradMeta;  // graph.h
-struct Node;          // graph.h
+struct AutogradMeta;  // src/core/graph.h (internal)
+struct Node;          // src/core/graph.h (internal)
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -104,7 +104,7 @@ class Tensor {
   void* data_ptr() const;
   template <class T> T* data() const;
 
-  // ---- autograd (graph.h has the structures, autograd/ the engine)
+  // ---- autograd (src/core/graph.h has the structures, autograd/ the engine)
   bool requires_grad() const;
   // Marks a leaf as requiring gradients (parameters). Returns *this.
   Tensor& set_requires_grad(bool on = true);

@@ -11,6 +11,7 @@
 #include "mixprec/amp/amp.h"
 #include "mixprec/amp/level.h"
 #include "mixprec/error.h"
+#include "ops/cast_cache.h"
 
 namespace mixprec {
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "mixprec/amp/amp.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/rng.h"
 
 namespace mixprec::amp {

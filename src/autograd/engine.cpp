@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "mixprec/autograd/autograd.h"
+#include "core/graph.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/numerics.h"
 #include "mixprec/ops/ops.h"

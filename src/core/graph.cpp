@@ -1,6 +1,6 @@
 // Autograd graph structures: grad mode, saved-tensor version checks, history setting, and the
 // iterative Node destructor that keeps a 10^5-node chain from overflowing the stack.
-#include "mixprec/graph.h"
+#include "core/graph.h"
 
 namespace mixprec {
 

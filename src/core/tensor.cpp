@@ -1,6 +1,9 @@
-// Tensor and Storage: construction, metadata, views (view/reshape/permute/transpose/slice),
-// copies (contiguous/clone/astype/copy_/fill_), checked element access and factories.
-// Views never copy; reshape copies only when the strides cannot express the new shape.
+// Tensor and Storage: construction, metadata, the history-free view and copy primitives
+// (core/tensor_raw.h: views never copy; a reshape copies only when the strides cannot express the
+// new shape), in-place copy_/fill_, checked element access and factories. The methods that
+// record autograd history are defined above core (docs/design.md, decision 9): view, reshape,
+// permute, transpose, slice, contiguous, clone and astype in ops/shape.cpp, backward in
+// autograd/engine.cpp.
 #include "mixprec/tensor.h"
 
 #include <algorithm>
@@ -13,7 +16,7 @@
 #include "mixprec/convert.h"
 #include "strided_copy.h"
 #include "tensor_raw.h"
-#include "mixprec/graph.h"
+#include "graph.h"
 
 namespace mixprec {
 

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/version.h"
 
 namespace mixprec::io {

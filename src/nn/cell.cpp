@@ -5,7 +5,7 @@
 #include <set>
 
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "ops/cast_cache.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::nn {

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "mixprec/error.h"
+#include "ops/cast_cache.h"
 
 namespace mixprec {
 namespace {

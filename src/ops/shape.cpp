@@ -6,6 +6,7 @@
 
 #include "core/tensor_raw.h"
 #include "mixprec/ops/numerics.h"
+#include "ops/cast_cache.h"
 #include "ops/op_common.h"
 
 namespace mixprec {

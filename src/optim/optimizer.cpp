@@ -9,7 +9,8 @@
 
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "ops/cast_cache.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::optim {

@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/rng.h"
 #include "mixprec/version.h"

@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::train {

@@ -11,6 +11,7 @@
 
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
+#include "ops/cast_cache.h"
 
 namespace mixprec {
 namespace {

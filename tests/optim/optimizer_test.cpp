@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "mixprec/mixprec.h"
+#include "ops/cast_cache.h"
 
 namespace mixprec {
 namespace {

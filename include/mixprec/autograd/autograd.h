@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/tensor.h"
 
 namespace mixprec {

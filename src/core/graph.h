@@ -1,6 +1,7 @@
-// The autograd graph's data structures: per-tensor AutogradMeta, graph Nodes with their edges
-// and explicitly saved tensors, and the thread-local grad mode. Ops (src/ops) record nodes; the
-// engine that walks them (backward, grad, value_and_grad) is the autograd layer (src/autograd).
+// The autograd graph's data structures, internal to the library (not in mixprec.h): per-tensor
+// AutogradMeta, graph Nodes with their edges and explicitly saved tensors. Ops (src/ops) record
+// nodes; the engine that walks them (backward, grad, value_and_grad) is the autograd layer
+// (src/autograd). The grad mode users switch is public: mixprec/grad_mode.h.
 // Invariants: saved tensors are detached (no autograd meta), so a node never keeps itself alive
 // through a saved output; a saved tensor remembers its storage version and refuses to unpack
 // after an in-place change; tearing down a long chain of nodes never recurses.
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mixprec/grad_mode.h"
 #include "mixprec/tensor.h"
 
 namespace mixprec {
@@ -69,32 +71,6 @@ struct Node {
   ~Node();  // iterative teardown of the chain behind it
   // Frees saved tensors (after a backward without retain_graph).
   void release() { backward = nullptr; }
-};
-
-// Thread-local grad mode: when false, ops record no graph.
-bool grad_enabled();
-void set_grad_enabled(bool enabled);
-
-class NoGradGuard {
- public:
-  NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
-  ~NoGradGuard() { set_grad_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
-
-class EnableGradGuard {
- public:
-  explicit EnableGradGuard(bool enabled = true) : prev_(grad_enabled()) { set_grad_enabled(enabled); }
-  ~EnableGradGuard() { set_grad_enabled(prev_); }
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
- private:
-  bool prev_;
 };
 
 // Helpers for ops that record nodes.
