@@ -157,6 +157,7 @@ void bind_norms_and_activations(Modules& m) {
   CellClass<nn::ReLU>(m.nn, "ReLU").def(py::init<>());
   CellClass<nn::Sigmoid>(m.nn, "Sigmoid").def(py::init<>());
   CellClass<nn::Tanh>(m.nn, "Tanh").def(py::init<>());
+  CellClass<nn::HSwish>(m.nn, "HSwish").def(py::init<>());
   CellClass<nn::GELU>(m.nn, "GELU").def(py::init<bool>(), "approximate"_a = true);
   CellClass<nn::Softmax>(m.nn, "Softmax").def(py::init<int64_t>(), "axis"_a = -1);
   CellClass<nn::Flatten>(m.nn, "Flatten").def(py::init<int64_t, int64_t>(), "start_dim"_a = 1, "end_dim"_a = -1);

@@ -54,6 +54,7 @@ void bind_elementwise(py::module_& o) {
   o.def("sigmoid", &ops::sigmoid, "input"_a, ReleaseGil());
   o.def("tanh", &ops::tanh, "input"_a, ReleaseGil());
   o.def("silu", &ops::silu, "input"_a, ReleaseGil());
+  o.def("hardswish", &ops::hardswish, "input"_a, ReleaseGil());
   o.def("softmax", &ops::softmax, "input"_a, "axis"_a = -1, ReleaseGil());
   o.def("log_softmax", &ops::log_softmax, "logits"_a, "axis"_a = -1, ReleaseGil());
   o.def("cast", &ops::cast, "input"_a, "dtype"_a, ReleaseGil());

@@ -1,14 +1,18 @@
 // hardswish (MindSpore's HSwish), the op added by following docs/design.md "Adding an op": hand
 // values at and around the kinks, forward in f32/f16/bf16 against the f64 oracle, the vector
-// kernel against the reference kernel in every dtype, the f64 gradient check, PyTorch's
-// gradient at the kinks, a non-contiguous (channels-last) input, and its AMP policy (keep).
+// kernel against the reference kernel in every dtype (and that those two are what ran), the f64
+// gradient check, PyTorch's gradient at the kinks, a non-contiguous (channels-last) input, its
+// AMP policy (keep), and the names users know: nn::HSwish and "HSwish" in custom lists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "mixprec/amp/level.h"
+#include "kernel_test_util.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise_problem.h"
 
 namespace mixprec {
 namespace {
@@ -32,6 +36,14 @@ TEST(Hardswish, VectorKernelMatchesTheReferenceKernelInEveryDtype) {
   // Same formula, same rounding: the engine (chunks, vector converters) and the plain loop agree
   // bit for bit, forward and backward.
   for (DType d : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+    // Unforced, dispatch runs the vector engine ("cpu"); ForceImpl("ref") the plain loop.
+    const Tensor probe = random({7, 300}, 22, d);
+    for (ops::PointwiseFn fn : {ops::PointwiseFn::hardswish, ops::PointwiseFn::hardswish_grad}) {
+      ops::PointwiseProblem p{.fn = fn, .in = {probe, probe}, .out = probe};
+      if (fn == ops::PointwiseFn::hardswish) p.in[1] = Tensor();
+      EXPECT_EQ(testing::chosen_kernel(p), "cpu") << dtype_name(d);
+      EXPECT_EQ(testing::kernel_named<ops::PointwiseProblem>("ref").name, "ref");
+    }
     const Tensor x0 = random({7, 300}, 22, d, -5, 5), w = random({7, 300}, 23, d);
     std::vector<double> y[2], dx[2];
     for (int k = 0; k < 2; ++k) {
@@ -89,6 +101,22 @@ TEST(Hardswish, AmpPolicyKeepRunsInTheInputDtype) {
     EXPECT_EQ(trace.back().op, OpId::hardswish);
     EXPECT_EQ(trace.back().compute_dtype, want) << amp_level_name(level);
   }
+}
+
+TEST(Hardswish, MindSporeNamesReachTheOp) {
+  // nn::HSwish is the op; "HSwish" (MindSpore's cell name) in a custom white list casts it.
+  const Tensor x = random({3, 5}, 28, DType::f32, -5, 5);
+  nn::HSwish cell;
+  EXPECT_TRUE(testing::all_close(cell(x), ops::hardswish(x)));
+  amp::custom_mixed_precision(cell, {.white_list = {"HSwish"}}, DType::bf16);
+  std::vector<OpRecord> trace;
+  OpRecorder rec(&trace);
+  (void)cell(x);
+  const auto it = std::find_if(trace.begin(), trace.end(),
+                               [](const OpRecord& r) { return r.op == OpId::hardswish; });
+  ASSERT_NE(it, trace.end());
+  EXPECT_EQ(it->compute_dtype, DType::bf16);
+  EXPECT_EQ(it->output_dtype, DType::f32);  // O1-style: the white-list output back to fp32
 }
 
 }  // namespace

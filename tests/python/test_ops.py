@@ -34,6 +34,17 @@ def test_ops_match_numpy():
     np.testing.assert_allclose(ops.cross_entropy(t, labels).asnumpy(), want, rtol=1e-5)
 
 
+def test_hardswish_matches_mindspores_example_and_its_gradient():
+    # MindSpore's docstring example: hardswish([-1, -2, 0, 2, 1]) = [-1/3, -1/3, 0, 5/3, 2/3];
+    # the gradient x/3 + 1/2 inside [-3, 3], 0 below, 1 above; nn.HSwish is the same op.
+    x = ms.Tensor(np.array([-1, -2, 0, 2, 1, -4, 4], np.float32))
+    want = np.array([-1 / 3, -1 / 3, 0, 5 / 3, 2 / 3, 0, 4], np.float32)
+    np.testing.assert_allclose(ops.hardswish(input=x).asnumpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(ms.nn.HSwish()(x).asnumpy(), want, rtol=1e-6)
+    _, g = ms.value_and_grad(lambda t: ops.sum(ops.hardswish(t)))(x)
+    np.testing.assert_allclose(g.asnumpy(), [1 / 6, -1 / 6, 0.5, 7 / 6, 5 / 6, 0, 1], rtol=1e-6)
+
+
 def test_value_and_grad_follows_mindspore_grad_position():
     x = ms.Tensor(np.array([1.0, -2.0, 3.0], np.float32))
     y = ms.Tensor(np.array([0.5, 0.5, 2.0], np.float32))

@@ -145,6 +145,13 @@ class Tanh : public Cell {
   std::string type_name() const override { return "Tanh"; }
 };
 
+// MindSpore's nn.HSwish: x * relu6(x + 3) / 6.
+class HSwish : public Cell {
+ public:
+  Tensor construct(const Tensor& x) override { return ops::hardswish(x); }
+  std::string type_name() const override { return "HSwish"; }
+};
+
 class Softmax : public Cell {
  public:
   explicit Softmax(int64_t axis = -1) : axis_(axis) {}
