@@ -1,9 +1,10 @@
 // Automatic mixed precision, the seed's mindspore.amp in C++: levels O0-O3 and auto, the white
 // and black lists, auto_mixed_precision / custom_mixed_precision, build_train_network with
-// MindSpore's per-level defaults, the train-one-step cell that scales the loss, unscales and
-// checks the gradients in one pass and skips overflowing updates, and the precision table of
-// what actually ran. The mechanism (thread-local autocast consulted by every op) lives in
-// ops/autocast.h; this layer sets the policy.
+// MindSpore's per-level defaults, the train-one-step cell that scales the loss, checks the
+// gradients in a read-only pass, skips overflowing updates and unscales inside the optimizer's
+// update pass (docs/design.md, decision 6), and the precision table of what actually ran. The
+// mechanism (thread-local autocast consulted by every op) lives in ops/autocast.h; this layer
+// sets the policy (levels: amp/level.h).
 #pragma once
 
 #include <memory>
@@ -98,7 +99,8 @@ class TrainOneStepCell : public nn::Cell {
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).
   TrainOneStepCell(nn::Cell& network_with_loss, optim::Optimizer& optimizer,
                    Ref<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
-  // Runs forward, backward, unscale + check, and (unless skipped) the optimizer. Returns the
+  // Runs forward, backward, the finite check of the (still scaled) gradients and, unless the
+  // step is skipped, the optimizer's update, which unscales them as it applies them. Returns the
   // unscaled loss.
   Tensor construct(const Tensor& data, const Tensor& label) override;
   std::string type_name() const override { return "TrainOneStepCell"; }

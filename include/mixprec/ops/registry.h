@@ -57,9 +57,10 @@ struct OpInfo {
 };
 
 // The default policies are the union of MindSpore's and PyTorch's lists for the ops we have
-// (../shared/reference/amp-anchors.md §1.3, §2.3): conv/matmul/dense/ReLU are white; norms,
-// softmax, log-softmax, exp/log/pow/rsqrt, sums/means and losses are black; concat and where
-// promote; the rest keep their input dtype.
+// (MindSpore's mindspore/train/amp.py: AMP_WHITE_LIST, AMP_BLACK_LIST and the AMP_AUTO_* lists;
+// PyTorch's autocast op lists; docs/amp.md shows the result): conv/matmul/dense/ReLU are white;
+// norms, softmax, log-softmax, exp/log/pow/rsqrt, sums/means and losses are black; concat and
+// where promote; the rest keep their input dtype.
 inline constexpr std::array<OpInfo, kNumOps> kOps{{
     {OpId::add, "add", AmpPolicy::keep, 2, OpKind::compute},
     {OpId::sub, "sub", AmpPolicy::keep, 2, OpKind::compute},
