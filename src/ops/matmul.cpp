@@ -1,8 +1,12 @@
 // matmul and linear, forward and backward side by side. Both reduce to MatmulProblem
-// (matmul_problem.h) and dispatch it; gemm_into is the same dispatch for other kernels.
+// (matmul_problem.h) and dispatch it; gemm_into is the same dispatch for other kernels, and
+// sum_rows the column sum that kernels and linear's backward share (the bias gradient).
 // Transposed operands (W^T in linear, b^T and a^T in backward) are strided views, never copies.
 // Accumulation is f32 for f32/f16/bf16 (f64 for f64); linear's weight and bias gradients are
 // produced directly in acc_dtype (f32 for bf16/f16), unrounded, for the fp32 master weights.
+#include <algorithm>
+
+#include "mixprec/convert.h"
 #include "ops/dispatch.h"
 #include "ops/matmul_problem.h"
 #include "ops/op_common.h"
@@ -234,6 +238,31 @@ void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b
   // The GEMM inside another kernel takes the best implementation, whatever the caller forced.
   ForceImpl unforced("");
   dispatch(op, phase, p);
+}
+
+void sum_rows(const Tensor& g, Tensor& out) {
+  MIXPREC_ASSERT(g.dim() == 2 && out.dim() == 1 && out.size(0) == g.size(1) && out.is_contiguous(),
+                 "sum_rows: expected g [R, C] and a contiguous out [C]");
+  const int64_t R = g.size(0), C = g.size(1);
+  const int64_t sr = g.strides()[0], sc = g.strides()[1];
+  constexpr int64_t kCols = 256;  // columns per task
+  const int64_t tasks = (C + kCols - 1) / kCols;
+  visit_float(g.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    constexpr DType adt = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+    const T* gb = static_cast<const T*>(g.data_ptr());
+    char* ob = static_cast<char*>(out.data_ptr());
+#pragma omp parallel for schedule(static) if (R * C > 32768)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t c0 = t * kCols, n = std::min(kCols, C - c0);
+      A acc[kCols] = {};
+      for (int64_t r = 0; r < R; ++r) {
+        const T* row = gb + r * sr + c0 * sc;
+        for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(load(row[j * sc]));
+      }
+      convert_row(acc, adt, ob + static_cast<size_t>(c0) * out.itemsize(), out.dtype(), n);
+    }
+  });
 }
 
 }  // namespace mixprec::ops

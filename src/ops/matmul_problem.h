@@ -43,7 +43,7 @@ void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b
 // out[c] = sum over rows r of g[r, c] for a 2-D g of any strides; out is a contiguous [C]
 // tensor of any floating dtype (the bias gradient, unrounded in f32 for 16-bit g). Accumulates
 // in compute_t of g's dtype, rows in order, so results do not depend on the thread count.
-// CPU only; defined in ops/ref/matmul.cpp.
+// CPU only; defined in ops/matmul.cpp.
 void sum_rows(const Tensor& g, Tensor& out);
 
 }  // namespace mixprec::ops

@@ -1,4 +1,4 @@
-// Reference matmul (see kernels.h) and sum_rows (matmul_problem.h): per batch, b is widened once into a transposed compute-type
+// Reference matmul (see kernels.h): per batch, b is widened once into a transposed compute-type
 // panel [N, K]; each output row then loads its a row and takes N sequential dot products in
 // compute_t, adds the bias, applies relu and rounds once into out. Rows are spread over OpenMP
 // threads; one thread owns each output element, so the result is thread-count independent.
@@ -84,32 +84,5 @@ void matmul(const MatmulProblem& p) {
 }
 
 }  // namespace ref
-
-// ---------------------------------------------------------------- shared (matmul_problem.h)
-
-void sum_rows(const Tensor& g, Tensor& out) {
-  MIXPREC_ASSERT(g.dim() == 2 && out.dim() == 1 && out.size(0) == g.size(1) && out.is_contiguous(),
-                 "sum_rows: expected g [R, C] and a contiguous out [C]");
-  const int64_t R = g.size(0), C = g.size(1);
-  const int64_t sr = g.strides()[0], sc = g.strides()[1];
-  constexpr int64_t kCols = 256;  // columns per task
-  const int64_t tasks = (C + kCols - 1) / kCols;
-  visit_float(g.dtype(), [&]<class T>() {
-    using A = compute_t<T>;
-    constexpr DType adt = std::is_same_v<A, double> ? DType::f64 : DType::f32;
-    const T* gb = static_cast<const T*>(g.data_ptr());
-    char* ob = static_cast<char*>(out.data_ptr());
-#pragma omp parallel for schedule(static) if (R * C > 32768)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t c0 = t * kCols, n = std::min(kCols, C - c0);
-      A acc[kCols] = {};
-      for (int64_t r = 0; r < R; ++r) {
-        const T* row = gb + r * sr + c0 * sc;
-        for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(load(row[j * sc]));
-      }
-      convert_row(acc, adt, ob + static_cast<size_t>(c0) * out.itemsize(), out.dtype(), n);
-    }
-  });
-}
 
 }  // namespace mixprec::ops
