@@ -18,6 +18,7 @@ PACKAGES=(
   libgtest-dev googletest libbenchmark-dev  # tests and benchmarks
   dataset-fashion-mnist                 # the default training data
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
+  clang-format                          # tests: repo.clang_format checks the house format
   chromium                              # tests: the HTML run report rendered in a real browser
   python3-dev pybind11-dev              # the mixprec Python module (python/)
   python3-numpy python3-pytest python3-venv  # its tests, and the venv that adds safetensors to them

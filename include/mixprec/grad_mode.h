@@ -22,7 +22,9 @@ class NoGradGuard {
 
 class EnableGradGuard {
  public:
-  explicit EnableGradGuard(bool enabled = true) : prev_(grad_enabled()) { set_grad_enabled(enabled); }
+  explicit EnableGradGuard(bool enabled = true) : prev_(grad_enabled()) {
+    set_grad_enabled(enabled);
+  }
   ~EnableGradGuard() { set_grad_enabled(prev_); }
   EnableGradGuard(const EnableGradGuard&) = delete;
   EnableGradGuard& operator=(const EnableGradGuard&) = delete;

@@ -35,7 +35,8 @@ const AutocastState& autocast_state() { return t_state; }
 bool autocast_active() {
   const AutocastState& s = t_state;
   return s.forced.has_value() || s.norm_rule.has_value() ||
-         std::any_of(s.rules.begin(), s.rules.end(), [](CastRule r) { return r != CastRule::keep; });
+         std::any_of(s.rules.begin(), s.rules.end(),
+                     [](CastRule r) { return r != CastRule::keep; });
 }
 
 AmpPolicy effective_policy(OpId op) {

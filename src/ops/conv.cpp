@@ -10,7 +10,6 @@
 namespace mixprec::ops {
 using namespace detail;
 
-
 std::string ConvGeometry::str() const {
   return "k" + std::to_string(kh) + "x" + std::to_string(kw) + " s" + std::to_string(stride_h) +
          "x" + std::to_string(stride_w) + " d" + std::to_string(dil_h) + "x" +
@@ -152,7 +151,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
                 "conv2d: unsupported fused activation");
   // Channels-last by default: the layout oneDNN's fast CPU kernels (and ours) take without
   // reorders, which the ops downstream keep. Contiguous on request (before a Flatten).
-  const ImageLayout layout = o.output_format == MemoryFormat::contiguous ? ImageLayout::nchw : ImageLayout::nhwc;
+  const ImageLayout layout =
+      o.output_format == MemoryFormat::contiguous ? ImageLayout::nchw : ImageLayout::nhwc;
   ConvFwdProblem p{to_image(x, layout),
                    to_image(w, ImageLayout::nchw),
                    b.defined() ? b.detach().contiguous() : Tensor(),
@@ -179,7 +179,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
     record(OpId::conv2d, {x, w, b}, y,
            [s](const std::vector<Tensor>& grads) { return conv2d_backward(grads[0], *s); });
   }
-  const int64_t flops = 2 * shape_numel(y.shape()) * (w.numel() / g.cout);  // 2 * outputs * (cin/groups * kh * kw)
+  const int64_t flops =
+      2 * shape_numel(y.shape()) * (w.numel() / g.cout);  // 2 * outputs * (cin/groups * kh * kw)
   return finish(OpId::conv2d, pr, y, dt, flops);
 }
 

@@ -65,10 +65,11 @@ std::string_view forced_impl() { return t_forced; }
 
 void log_dispatch(OpId op, std::string_view phase, std::string_view chosen,
                   const std::string& problem, const std::string& declined) {
-  std::fprintf(stderr, "mixprec: %.*s %.*s -> %.*s  %s%s%s\n", static_cast<int>(op_name(op).size()),
-               op_name(op).data(), static_cast<int>(phase.size()), phase.data(),
-               static_cast<int>(chosen.size()), chosen.data(), problem.c_str(),
-               declined.empty() ? "" : "  [declined: ", declined.empty() ? "" : (declined + "]").c_str());
+  std::fprintf(
+      stderr, "mixprec: %.*s %.*s -> %.*s  %s%s%s\n", static_cast<int>(op_name(op).size()),
+      op_name(op).data(), static_cast<int>(phase.size()), phase.data(),
+      static_cast<int>(chosen.size()), chosen.data(), problem.c_str(),
+      declined.empty() ? "" : "  [declined: ", declined.empty() ? "" : (declined + "]").c_str());
 }
 
 namespace {
@@ -82,8 +83,8 @@ struct Profile {
     double total = 0;
     for (const auto& [k, v] : entries) {
       total += v.first;
-      rows.emplace_back(v.first, std::get<0>(k) + " " + std::get<1>(k) + " [" + std::get<2>(k) + "] x" +
-                                     std::to_string(v.second));
+      rows.emplace_back(v.first, std::get<0>(k) + " " + std::get<1>(k) + " [" + std::get<2>(k) +
+                                     "] x" + std::to_string(v.second));
     }
     std::sort(rows.rbegin(), rows.rend());
     std::fprintf(stderr, "mixprec profile (MIXPREC_PROFILE=1): %.1f ms in kernels\n", total * 1e3);
@@ -111,7 +112,8 @@ double profile_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void profile_add(std::string_view op, std::string_view phase, std::string_view impl, double seconds) {
+void profile_add(std::string_view op, std::string_view phase, std::string_view impl,
+                 double seconds) {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
   auto& e = p.entries[{std::string(op), std::string(phase), std::string(impl)}];

@@ -22,8 +22,7 @@
 namespace mixprec::ops {
 
 // One kernel for a problem type.
-template <class Problem>
-struct Impl {
+template <class Problem> struct Impl {
   std::string_view name;  // what MIXPREC_VERBOSE prints and ForceImpl names
   Device::Type device;
   // Empty string: accepts. Otherwise the reason it declines.
@@ -32,16 +31,12 @@ struct Impl {
 };
 
 // `declines` for a kernel that takes every problem (the reference kernels).
-template <class Problem>
-std::string accept_all(const Problem&) {
-  return {};
-}
+template <class Problem> std::string accept_all(const Problem&) { return {}; }
 
 namespace detail {
 // The registry's storage: one list per problem type, shared by every module of the process.
 void* kernel_list_storage(const std::type_info& problem, void* (*make)());
-template <class Problem>
-std::vector<Impl<Problem>>& kernel_list() {
+template <class Problem> std::vector<Impl<Problem>>& kernel_list() {
   static auto* const list = static_cast<std::vector<Impl<Problem>>*>(kernel_list_storage(
       typeid(Problem), []() -> void* { return new std::vector<Impl<Problem>>(); }));
   return *list;
@@ -50,8 +45,7 @@ std::vector<Impl<Problem>>& kernel_list() {
 
 // Appends a kernel to its problem type's list. Called only from the backends' registration
 // functions, which register_backends runs once, before the first dispatch.
-template <class Problem>
-void register_kernel(const Impl<Problem>& impl) {
+template <class Problem> void register_kernel(const Impl<Problem>& impl) {
   detail::kernel_list<Problem>().push_back(impl);
 }
 
@@ -61,8 +55,7 @@ void register_backends();
 void ensure_registered();
 
 // The kernels for Problem in dispatch order.
-template <class Problem>
-std::span<const Impl<Problem>> kernels() {
+template <class Problem> std::span<const Impl<Problem>> kernels() {
   ensure_registered();
   return detail::kernel_list<Problem>();
 }
@@ -97,8 +90,7 @@ std::string desc(const Tensor& t);
 std::string desc_with_strides(const Tensor& t);
 
 // Runs the first kernel registered for Problem that accepts p (see the top of this file).
-template <class Problem>
-void dispatch(OpId op, std::string_view phase, const Problem& p) {
+template <class Problem> void dispatch(OpId op, std::string_view phase, const Problem& p) {
   const std::span<const Impl<Problem>> impls = kernels<Problem>();
   std::string_view forced = forced_impl();
   if (!forced.empty()) {
@@ -110,9 +102,12 @@ void dispatch(OpId op, std::string_view phase, const Problem& p) {
   std::string declined;
   for (const Impl<Problem>& impl : impls) {
     std::string reason;
-    if (impl.device != p.device().type) reason = "wrong device";
-    else if (!forced.empty() && impl.name != forced) reason = "not the forced implementation";
-    else reason = impl.declines(p);
+    if (impl.device != p.device().type)
+      reason = "wrong device";
+    else if (!forced.empty() && impl.name != forced)
+      reason = "not the forced implementation";
+    else
+      reason = impl.declines(p);
     if (reason.empty()) {
       if (verbose) log_dispatch(op, phase, impl.name, p.describe(), declined);
       if (profiling()) {
@@ -125,7 +120,8 @@ void dispatch(OpId op, std::string_view phase, const Problem& p) {
       return;
     }
     if (verbose)
-      declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " + reason;
+      declined +=
+          std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " + reason;
   }
   MIXPREC_CHECK(false, op_name(op), " ", phase, ": no implementation accepts ", p.describe(), " (",
                 declined.empty() ? std::string("none registered") : declined, ")");

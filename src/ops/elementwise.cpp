@@ -16,15 +16,17 @@ using namespace detail;
 
 namespace {
 constexpr std::string_view kFnNames[] = {
-    "add_scalar", "mul_scalar", "pow_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "abs",
-    "clamp", "relu", "leaky_relu", "gelu_erf", "gelu_tanh", "sigmoid", "tanh", "silu",
-    "hardswish", "add_scalar_grad", "mul_scalar_grad", "pow_scalar_grad", "neg_grad", "exp_grad",
-    "log_grad", "sqrt_grad", "rsqrt_grad", "abs_grad", "clamp_grad", "leaky_relu_grad",
-    "gelu_erf_grad", "gelu_tanh_grad", "sigmoid_grad", "tanh_grad", "silu_grad",
-    "hardswish_grad", "add", "sub", "mul", "div", "div_grad_b", "pow", "pow_da", "pow_db",
-    "maximum", "maximum_grad_a", "maximum_grad_b", "minimum", "minimum_grad_a", "minimum_grad_b",
-    "where", "where_grad_a", "where_grad_b", "masked_fill", "masked_fill_grad", "relu_mask",
-    "dropout"};
+    // unary
+    "add_scalar", "mul_scalar", "pow_scalar", "neg", "exp", "log", "sqrt", "rsqrt", "abs", "clamp",
+    "relu", "leaky_relu", "gelu_erf", "gelu_tanh", "sigmoid", "tanh", "silu", "hardswish",
+    // g * f'
+    "add_scalar_grad", "mul_scalar_grad", "pow_scalar_grad", "neg_grad", "exp_grad", "log_grad",
+    "sqrt_grad", "rsqrt_grad", "abs_grad", "clamp_grad", "leaky_relu_grad", "gelu_erf_grad",
+    "gelu_tanh_grad", "sigmoid_grad", "tanh_grad", "silu_grad", "hardswish_grad",
+    // binary, ternary and their gradients
+    "add", "sub", "mul", "div", "div_grad_b", "pow", "pow_da", "pow_db", "maximum",
+    "maximum_grad_a", "maximum_grad_b", "minimum", "minimum_grad_a", "minimum_grad_b", "where",
+    "where_grad_a", "where_grad_b", "masked_fill", "masked_fill_grad", "relu_mask", "dropout"};
 static_assert(std::size(kFnNames) == static_cast<size_t>(PointwiseFn::dropout) + 1,
               "kFnNames must name every PointwiseFn, in order");
 }  // namespace
@@ -46,7 +48,8 @@ Tensor pointwise(OpId op, std::string_view phase, PointwiseFn fn,
   PointwiseProblem p{fn, a, b, {}, {}};
   std::copy(operands.begin(), operands.end(), p.in.begin());
   Shape shape = p.in[0].shape();
-  for (size_t k = 1; k < operands.size(); ++k) shape = broadcast_shapes(shape, p.in[k].shape(), op_name(op));
+  for (size_t k = 1; k < operands.size(); ++k)
+    shape = broadcast_shapes(shape, p.in[k].shape(), op_name(op));
   p.out = empty_output(shape, out_dtype, p.in[0].device(), {&p.in[0], &p.in[1], &p.in[2]});
   dispatch(op, phase, p);
   return p.out;
@@ -92,9 +95,8 @@ Tensor binary_op(OpId id, PointwiseFn fn, const Tensor& a0, const Tensor& b0, Bw
 
 // Unary op: out = F(x); backward g * F'(x, out) in one pass (formula `grad`), reading only what
 // F::needs (so e.g. exp keeps its output alive, never its input).
-template <class F>
-Tensor unary_op(OpId id, const Tensor& x0, PointwiseFn fwd, PointwiseFn grad, double a = 0,
-                double b = 0) {
+template <class F> Tensor unary_op(OpId id, const Tensor& x0, PointwiseFn fwd, PointwiseFn grad,
+                                   double a = 0, double b = 0) {
   Prepared p = autocast_inputs(id, {x0});
   const Tensor& x = p.in[0];
   check_floating(op_name(id), x, "input");
@@ -109,9 +111,12 @@ Tensor unary_op(OpId id, const Tensor& x0, PointwiseFn fwd, PointwiseFn grad, do
       const Tensor& gi = g[0];
       const DType dt = gi.dtype();
       switch (needs) {
-        case Needs::none: return std::vector<Tensor>{pointwise(id, "backward", grad, {gi}, dt, a, b)};
-        case Needs::x: return std::vector<Tensor>{pointwise(id, "backward", grad, {gi, sx.unpack(n)}, dt, a, b)};
-        case Needs::y: return std::vector<Tensor>{pointwise(id, "backward", grad, {gi, so.unpack(n)}, dt, a, b)};
+        case Needs::none:
+          return std::vector<Tensor>{pointwise(id, "backward", grad, {gi}, dt, a, b)};
+        case Needs::x:
+          return std::vector<Tensor>{pointwise(id, "backward", grad, {gi, sx.unpack(n)}, dt, a, b)};
+        case Needs::y:
+          return std::vector<Tensor>{pointwise(id, "backward", grad, {gi, so.unpack(n)}, dt, a, b)};
         case Needs::xy: break;
       }
       return std::vector<Tensor>{
@@ -143,72 +148,106 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::mul, PointwiseFn::mul, a, b,
-                   [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
-                     return Pair{ga ? mul(g, b) : Tensor(), gb ? mul(g, a) : Tensor()};
-                   });
+  return binary_op(
+      OpId::mul, PointwiseFn::mul, a, b,
+      [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
+        return Pair{ga ? mul(g, b) : Tensor(), gb ? mul(g, a) : Tensor()};
+      });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::div, PointwiseFn::div, a, b,
-                   [](const Tensor& g, const Tensor&, const Tensor& b, const Tensor& out, bool ga, bool gb) {
-                     // d(a/b)/da = 1/b; d(a/b)/db = -out/b
-                     Tensor da = ga ? div(g, b) : Tensor();
-                     Tensor db = gb ? pointwise(OpId::div, "backward", PointwiseFn::div_grad_b, {g, out, b}, g.dtype()) : Tensor();
-                     return Pair{da, db};
-                   });
+  return binary_op(
+      OpId::div, PointwiseFn::div, a, b,
+      [](const Tensor& g, const Tensor&, const Tensor& b, const Tensor& out, bool ga, bool gb) {
+        // d(a/b)/da = 1/b; d(a/b)/db = -out/b
+        Tensor da = ga ? div(g, b) : Tensor();
+        Tensor db =
+            gb ? pointwise(OpId::div, "backward", PointwiseFn::div_grad_b, {g, out, b}, g.dtype())
+               : Tensor();
+        return Pair{da, db};
+      });
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::pow, PointwiseFn::pow, a, b,
-                   [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out, bool ga, bool gb) {
-                     // d/da = b a^(b-1); d/db = out * log(a) (0 where a == 0)
-                     Tensor da = ga ? mul(g, pointwise(OpId::pow, "backward", PointwiseFn::pow_da, {a, b}, g.dtype())) : Tensor();
-                     Tensor db = gb ? mul(g, pointwise(OpId::pow, "backward", PointwiseFn::pow_db, {out, a}, g.dtype())) : Tensor();
-                     return Pair{da, db};
-                   });
+  return binary_op(
+      OpId::pow, PointwiseFn::pow, a, b,
+      [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out, bool ga, bool gb) {
+        // d/da = b a^(b-1); d/db = out * log(a) (0 where a == 0)
+        Tensor da =
+            ga ? mul(g, pointwise(OpId::pow, "backward", PointwiseFn::pow_da, {a, b}, g.dtype()))
+               : Tensor();
+        Tensor db =
+            gb ? mul(g, pointwise(OpId::pow, "backward", PointwiseFn::pow_db, {out, a}, g.dtype()))
+               : Tensor();
+        return Pair{da, db};
+      });
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::maximum, PointwiseFn::maximum, a, b,
-                   [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
-                     const OpId id = OpId::maximum;
-                     Tensor da = ga ? pointwise(id, "backward", PointwiseFn::maximum_grad_a, {g, a, b}, g.dtype()) : Tensor();
-                     Tensor db = gb ? pointwise(id, "backward", PointwiseFn::maximum_grad_b, {g, a, b}, g.dtype()) : Tensor();
-                     return Pair{da, db};
-                   });
+  return binary_op(
+      OpId::maximum, PointwiseFn::maximum, a, b,
+      [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
+        const OpId id = OpId::maximum;
+        Tensor da =
+            ga ? pointwise(id, "backward", PointwiseFn::maximum_grad_a, {g, a, b}, g.dtype())
+               : Tensor();
+        Tensor db =
+            gb ? pointwise(id, "backward", PointwiseFn::maximum_grad_b, {g, a, b}, g.dtype())
+               : Tensor();
+        return Pair{da, db};
+      });
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_op(OpId::minimum, PointwiseFn::minimum, a, b,
-                   [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
-                     const OpId id = OpId::minimum;
-                     Tensor da = ga ? pointwise(id, "backward", PointwiseFn::minimum_grad_a, {g, a, b}, g.dtype()) : Tensor();
-                     Tensor db = gb ? pointwise(id, "backward", PointwiseFn::minimum_grad_b, {g, a, b}, g.dtype()) : Tensor();
-                     return Pair{da, db};
-                   });
+  return binary_op(
+      OpId::minimum, PointwiseFn::minimum, a, b,
+      [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&, bool ga, bool gb) {
+        const OpId id = OpId::minimum;
+        Tensor da =
+            ga ? pointwise(id, "backward", PointwiseFn::minimum_grad_a, {g, a, b}, g.dtype())
+               : Tensor();
+        Tensor db =
+            gb ? pointwise(id, "backward", PointwiseFn::minimum_grad_b, {g, a, b}, g.dtype())
+               : Tensor();
+        return Pair{da, db};
+      });
 }
 
 Tensor add(const Tensor& x, double c) {
-  return unary_op<pw::AddScalar>(OpId::add_scalar, x, PointwiseFn::add_scalar, PointwiseFn::add_scalar_grad, c);
+  return unary_op<pw::AddScalar>(OpId::add_scalar, x, PointwiseFn::add_scalar,
+                                 PointwiseFn::add_scalar_grad, c);
 }
 
 Tensor mul(const Tensor& x, double c) {
-  return unary_op<pw::MulScalar>(OpId::mul_scalar, x, PointwiseFn::mul_scalar, PointwiseFn::mul_scalar_grad, c);
+  return unary_op<pw::MulScalar>(OpId::mul_scalar, x, PointwiseFn::mul_scalar,
+                                 PointwiseFn::mul_scalar_grad, c);
 }
 
 Tensor pow(const Tensor& x, double e) {
-  return unary_op<pw::PowScalar>(OpId::pow_scalar, x, PointwiseFn::pow_scalar, PointwiseFn::pow_scalar_grad, e);
+  return unary_op<pw::PowScalar>(OpId::pow_scalar, x, PointwiseFn::pow_scalar,
+                                 PointwiseFn::pow_scalar_grad, e);
 }
 
 // ---------------------------------------------------------------- unary math
 
-Tensor neg(const Tensor& x) { return unary_op<pw::Neg>(OpId::neg, x, PointwiseFn::neg, PointwiseFn::neg_grad); }
-Tensor exp(const Tensor& x) { return unary_op<pw::Exp>(OpId::exp, x, PointwiseFn::exp, PointwiseFn::exp_grad); }
-Tensor log(const Tensor& x) { return unary_op<pw::Log>(OpId::log, x, PointwiseFn::log, PointwiseFn::log_grad); }
-Tensor sqrt(const Tensor& x) { return unary_op<pw::Sqrt>(OpId::sqrt, x, PointwiseFn::sqrt, PointwiseFn::sqrt_grad); }
-Tensor rsqrt(const Tensor& x) { return unary_op<pw::Rsqrt>(OpId::rsqrt, x, PointwiseFn::rsqrt, PointwiseFn::rsqrt_grad); }
-Tensor abs(const Tensor& x) { return unary_op<pw::Abs>(OpId::abs, x, PointwiseFn::abs, PointwiseFn::abs_grad); }
+Tensor neg(const Tensor& x) {
+  return unary_op<pw::Neg>(OpId::neg, x, PointwiseFn::neg, PointwiseFn::neg_grad);
+}
+Tensor exp(const Tensor& x) {
+  return unary_op<pw::Exp>(OpId::exp, x, PointwiseFn::exp, PointwiseFn::exp_grad);
+}
+Tensor log(const Tensor& x) {
+  return unary_op<pw::Log>(OpId::log, x, PointwiseFn::log, PointwiseFn::log_grad);
+}
+Tensor sqrt(const Tensor& x) {
+  return unary_op<pw::Sqrt>(OpId::sqrt, x, PointwiseFn::sqrt, PointwiseFn::sqrt_grad);
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary_op<pw::Rsqrt>(OpId::rsqrt, x, PointwiseFn::rsqrt, PointwiseFn::rsqrt_grad);
+}
+Tensor abs(const Tensor& x) {
+  return unary_op<pw::Abs>(OpId::abs, x, PointwiseFn::abs, PointwiseFn::abs_grad);
+}
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   MIXPREC_CHECK(!(lo && hi && *lo > *hi), "clamp: min ", *lo, " is greater than max ", *hi);
@@ -217,7 +256,8 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 }
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
-  MIXPREC_CHECK(cond.defined() && !is_floating(cond.dtype()), "where: expected a bool/u8 condition, got ",
+  MIXPREC_CHECK(cond.defined() && !is_floating(cond.dtype()),
+                "where: expected a bool/u8 condition, got ",
                 cond.defined() ? std::string(dtype_name(cond.dtype())) : "undefined");
   Prepared p = autocast_inputs(OpId::where, {a0, b0});
   const Tensor& a = p.in[0];
@@ -233,8 +273,14 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
       const Tensor c = sc.unpack("where");
       const DType gd = g[0].dtype();
       Tensor zero = zeros({}, {.dtype = gd});
-      Tensor da = ga ? reduce_to_shape(pointwise(OpId::where, "backward", PointwiseFn::where_grad_a, {c, g[0], zero}, gd), sha) : Tensor();
-      Tensor db = gb ? reduce_to_shape(pointwise(OpId::where, "backward", PointwiseFn::where_grad_b, {c, g[0], zero}, gd), shb) : Tensor();
+      Tensor da = ga ? reduce_to_shape(pointwise(OpId::where, "backward", PointwiseFn::where_grad_a,
+                                                 {c, g[0], zero}, gd),
+                                       sha)
+                     : Tensor();
+      Tensor db = gb ? reduce_to_shape(pointwise(OpId::where, "backward", PointwiseFn::where_grad_b,
+                                                 {c, g[0], zero}, gd),
+                                       shb)
+                     : Tensor();
       return std::vector<Tensor>{da, db};
     });
   }
@@ -242,7 +288,8 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
 }
 
 Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
-  MIXPREC_CHECK(mask.defined() && !is_floating(mask.dtype()), "masked_fill: expected a bool/u8 mask, got ",
+  MIXPREC_CHECK(mask.defined() && !is_floating(mask.dtype()),
+                "masked_fill: expected a bool/u8 mask, got ",
                 mask.defined() ? std::string(dtype_name(mask.dtype())) : "undefined");
   Prepared p = autocast_inputs(OpId::masked_fill, {x0});
   const Tensor& x = p.in[0];
@@ -250,11 +297,13 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
   const Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   MIXPREC_CHECK(shape == x.shape(), "masked_fill: mask of shape ", shape_str(mask.shape()),
                 " must broadcast to the input shape ", shape_str(x.shape()));
-  Tensor out = pointwise(OpId::masked_fill, "forward", PointwiseFn::masked_fill, {x, mask}, x.dtype(), value);
+  Tensor out = pointwise(OpId::masked_fill, "forward", PointwiseFn::masked_fill, {x, mask},
+                         x.dtype(), value);
   if (graph::needs_grad({&x})) {
     SavedTensor sm(mask);
     record(OpId::masked_fill, {x}, out, [sm](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{pointwise(OpId::masked_fill, "backward", PointwiseFn::masked_fill_grad,
+      return std::vector<Tensor>{pointwise(OpId::masked_fill, "backward",
+                                           PointwiseFn::masked_fill_grad,
                                            {g[0], sm.unpack("masked_fill")}, g[0].dtype())};
     });
   }
@@ -281,12 +330,14 @@ Tensor relu(const Tensor& x0) {
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
-  return unary_op<pw::LeakyRelu>(OpId::leaky_relu, x, PointwiseFn::leaky_relu, PointwiseFn::leaky_relu_grad, slope);
+  return unary_op<pw::LeakyRelu>(OpId::leaky_relu, x, PointwiseFn::leaky_relu,
+                                 PointwiseFn::leaky_relu_grad, slope);
 }
 
 Tensor gelu(const Tensor& x, GeluApproximation approx) {
   if (approx == GeluApproximation::tanh)
-    return unary_op<pw::GeluTanh>(OpId::gelu, x, PointwiseFn::gelu_tanh, PointwiseFn::gelu_tanh_grad);
+    return unary_op<pw::GeluTanh>(OpId::gelu, x, PointwiseFn::gelu_tanh,
+                                  PointwiseFn::gelu_tanh_grad);
   return unary_op<pw::GeluErf>(OpId::gelu, x, PointwiseFn::gelu_erf, PointwiseFn::gelu_erf_grad);
 }
 
@@ -294,12 +345,17 @@ Tensor sigmoid(const Tensor& x) {
   return unary_op<pw::Sigmoid>(OpId::sigmoid, x, PointwiseFn::sigmoid, PointwiseFn::sigmoid_grad);
 }
 
-Tensor tanh(const Tensor& x) { return unary_op<pw::Tanh>(OpId::tanh, x, PointwiseFn::tanh, PointwiseFn::tanh_grad); }
+Tensor tanh(const Tensor& x) {
+  return unary_op<pw::Tanh>(OpId::tanh, x, PointwiseFn::tanh, PointwiseFn::tanh_grad);
+}
 
-Tensor silu(const Tensor& x) { return unary_op<pw::Silu>(OpId::silu, x, PointwiseFn::silu, PointwiseFn::silu_grad); }
+Tensor silu(const Tensor& x) {
+  return unary_op<pw::Silu>(OpId::silu, x, PointwiseFn::silu, PointwiseFn::silu_grad);
+}
 
 Tensor hardswish(const Tensor& x) {
-  return unary_op<pw::Hardswish>(OpId::hardswish, x, PointwiseFn::hardswish, PointwiseFn::hardswish_grad);
+  return unary_op<pw::Hardswish>(OpId::hardswish, x, PointwiseFn::hardswish,
+                                 PointwiseFn::hardswish_grad);
 }
 
 }  // namespace mixprec::ops

@@ -88,7 +88,8 @@ struct Abs : Params {
 struct Clamp : Params {  // a: low, b: high (+-inf when absent)
   static constexpr Needs needs = Needs::x;
   template <class C> C operator()(C v) const {
-    return v < static_cast<C>(a) ? static_cast<C>(a) : (v > static_cast<C>(b) ? static_cast<C>(b) : v);
+    return v < static_cast<C>(a) ? static_cast<C>(a)
+                                 : (v > static_cast<C>(b) ? static_cast<C>(b) : v);
   }
   template <class C> C dfdx(C xi, C) const {
     return (xi >= static_cast<C>(a) && xi <= static_cast<C>(b)) ? C(1) : C(0);
@@ -161,8 +162,7 @@ struct Hardswish : Params {
 
 // g * f'(x, y) for a unary formula F, reading what F::needs says was saved: (g), (g, x),
 // (g, y) or (g, x, y). A one-operand derivative (x or y) is called as dfdx(s, s).
-template <class F>
-struct Grad {
+template <class F> struct Grad {
   static constexpr int arity = F::needs == Needs::none ? 1 : F::needs == Needs::xy ? 3 : 2;
   F f;
   template <class C> C operator()(C v) const { return v * f.dfdx(C(0), C(0)); }
@@ -265,6 +265,8 @@ struct Dropout : Params {  // (x, mask); a: 1 / (1 - p)
 }  // namespace formulas
 
 // Every formula, forward ones named after their op, gradients after what they compute.
+// (Formatted by hand: the values read in groups, several a line.)
+// clang-format off
 enum class PointwiseFn : uint8_t {
   // unary, and g * f'
   add_scalar, mul_scalar, pow_scalar, neg, exp, log, sqrt, rsqrt, abs, clamp, relu, leaky_relu,
@@ -277,13 +279,14 @@ enum class PointwiseFn : uint8_t {
   minimum, minimum_grad_a, minimum_grad_b, where, where_grad_a, where_grad_b, masked_fill,
   masked_fill_grad, relu_mask, dropout,
 };
+// clang-format on
 std::string_view pointwise_fn_name(PointwiseFn fn);
 
 // out = fn(in[0], in[1], in[2]) elementwise (as many operands as fn takes), broadcasting.
 struct PointwiseProblem {
   PointwiseFn fn;
-  double a = 0, b = 0;        // fn's parameters (formulas::Params)
-  std::array<Tensor, 3> in;   // undefined past fn's operands
+  double a = 0, b = 0;       // fn's parameters (formulas::Params)
+  std::array<Tensor, 3> in;  // undefined past fn's operands
   Tensor out;
   Device device() const { return out.device(); }
   std::string describe() const;
@@ -291,8 +294,7 @@ struct PointwiseProblem {
 };
 
 // Calls g(functor) with fn's functor, its parameters set from p.
-template <class G>
-decltype(auto) visit_pointwise(const PointwiseProblem& p, G&& g) {
+template <class G> decltype(auto) visit_pointwise(const PointwiseProblem& p, G&& g) {
   namespace pw = formulas;
   const pw::Params prm{p.a, p.b};
   switch (p.fn) {

@@ -60,8 +60,9 @@ Tensor embedding(const Tensor& indices, const Tensor& weight0) {
     const int64_t n = idx.numel();
     record(OpId::embedding, {w}, out, [idx, num, dim, n](const std::vector<Tensor>& g) {
       const Tensor grad = g[0].reshape({n, dim}).contiguous();
-      const EmbeddingBwdProblem b{grad, idx,
-                                  zeros({num, dim}, {.dtype = acc_dtype(grad.dtype()), .device = grad.device()})};
+      const EmbeddingBwdProblem b{
+          grad, idx,
+          zeros({num, dim}, {.dtype = acc_dtype(grad.dtype()), .device = grad.device()})};
       dispatch(OpId::embedding, "backward", b);
       return std::vector<Tensor>{b.dweight};
     });
@@ -101,7 +102,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   if (!training || p == 0.0) return x;
   const Tensor mask = dropout_mask(x.shape(), p, gen);
   const double scale = 1.0 / (1.0 - p);
-  Tensor out = pointwise(OpId::dropout, "forward", PointwiseFn::dropout, {x, mask}, x.dtype(), scale);
+  Tensor out =
+      pointwise(OpId::dropout, "forward", PointwiseFn::dropout, {x, mask}, x.dtype(), scale);
   if (graph::needs_grad({&x})) {
     record(OpId::dropout, {x}, out, [mask, scale](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{pointwise(OpId::dropout, "backward", PointwiseFn::dropout,

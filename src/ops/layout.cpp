@@ -56,7 +56,8 @@ Tensor empty_output(const Shape& shape, DType dtype, Device device,
   for (const Tensor* t : inputs) {
     if (!t->defined() || t->shape() != shape || t->is_contiguous()) continue;
     if (!is_dense(t->shape(), t->strides())) continue;
-    auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+    auto storage =
+        Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
     return Tensor::from_storage(std::move(storage), shape, t->strides(), 0, dtype);
   }
   return Tensor::empty(shape, {.dtype = dtype, .device = device});

@@ -77,15 +77,16 @@ Tensor softmax_cross_entropy(const Tensor& logits0, const Tensor& labels0,
   const DType cd = acc_dtype(logits.dtype());
   Tensor lab;
   if (o.sparse) {
-    lab = class_labels(op, labels, n, c, "with sparse = true labels are class indices; pass "
+    lab = class_labels(op, labels, n, c,
+                       "with sparse = true labels are class indices; pass "
                        "sparse = false for one-hot labels");
   } else {
-    MIXPREC_CHECK(labels.defined() && is_floating(labels.dtype()), op, ": expected one-hot float "
-                  "labels of shape ", shape_str(logits.shape()), ", got ", desc(labels),
-                  Hint{"for class indices [N] set sparse = true"});
-    MIXPREC_CHECK(labels.shape() == logits.shape(), op, ": expected one-hot labels of the logits' "
-                  "shape ", shape_str(logits.shape()), ", got ", desc(labels),
-                  Hint{"for class indices [N] set sparse = true"});
+    MIXPREC_CHECK(labels.defined() && is_floating(labels.dtype()), op,
+                  ": expected one-hot float labels of shape ", shape_str(logits.shape()), ", got ",
+                  desc(labels), Hint{"for class indices [N] set sparse = true"});
+    MIXPREC_CHECK(labels.shape() == logits.shape(), op,
+                  ": expected one-hot labels of the logits' shape ", shape_str(logits.shape()),
+                  ", got ", desc(labels), Hint{"for class indices [N] set sparse = true"});
     lab = packed(labels, cd);
   }
   const Tensor x = packed(logits, cd);
@@ -133,7 +134,8 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& labels, Reduction reduct
     const Device dev = lp.device();
     record(OpId::nll_loss, {log_probs}, out, [=](const std::vector<Tensor>& g) {
       const Tensor d = Tensor::empty(shape, {.dtype = cd, .device = dev});
-      dispatch(OpId::nll_loss, "backward", NllBwdProblem{sl.unpack(op), packed(g[0], cd), factor, d});
+      dispatch(OpId::nll_loss, "backward",
+               NllBwdProblem{sl.unpack(op), packed(g[0], cd), factor, d});
       return std::vector<Tensor>{packed(d, dt)};
     });
   }
@@ -147,8 +149,9 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0, Reduction redu
   check_floating(op, pred, "prediction");
   check_floating(op, target, "target");
   check_same_device(op, {&pred, &target});
-  MIXPREC_CHECK(pred.shape() == target.shape(), op, ": expected a target of the prediction's shape ",
-                shape_str(pred.shape()), ", got ", desc(target),
+  MIXPREC_CHECK(pred.shape() == target.shape(), op,
+                ": expected a target of the prediction's shape ", shape_str(pred.shape()), ", got ",
+                desc(target),
                 Hint{"mse_loss does not broadcast; reshape the target to the prediction's shape"});
   const DType cd = acc_dtype(promote(pred.dtype(), target.dtype()));
   const Tensor pc = packed(pred, cd), tc = packed(target, cd);
@@ -163,8 +166,10 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0, Reduction redu
     record(OpId::mse_loss, {pred, target}, out, [=](const std::vector<Tensor>& g) {
       const Tensor ps = sp.unpack(op);
       const Tensor d = Tensor::empty(ps.shape(), {.dtype = cd, .device = ps.device()});
-      dispatch(OpId::mse_loss, "backward", MseBwdProblem{ps, st.unpack(op), packed(g[0], cd), factor, d});
-      return std::vector<Tensor>{gp ? packed(d, dp) : Tensor(), gt ? packed(neg(d), dtt) : Tensor()};
+      dispatch(OpId::mse_loss, "backward",
+               MseBwdProblem{ps, st.unpack(op), packed(g[0], cd), factor, d});
+      return std::vector<Tensor>{gp ? packed(d, dp) : Tensor(),
+                                 gt ? packed(neg(d), dtt) : Tensor()};
     });
   }
   return finish_loss(OpId::mse_loss, p, out);

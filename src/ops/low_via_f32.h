@@ -17,19 +17,14 @@
 namespace mixprec::ops {
 
 namespace detail {
-template <class F>
-struct problem_of;
-template <class P>
-struct problem_of<void (*)(const P&)> {
-  using type = P;
-};
+template <class F> struct problem_of;
+template <class P> struct problem_of<void (*)(const P&)> { using type = P; };
 
 inline bool widens(const Tensor& t) { return t.defined() && is_low_precision(t.dtype()); }
 
 // p with its 16-bit inputs widened (with their data, or only allocated when `with_data` is
 // false, enough for a kernel's `declines`) and f32 tensors in place of its 16-bit outputs.
-template <class P>
-P widened(const P& p, bool with_data) {
+template <class P> P widened(const P& p, bool with_data) {
   P q = p;
   for (Tensor P::*m : P::inputs())
     if (widens(p.*m)) q.*m = with_data ? widen_to_f32(p.*m) : empty_f32_like(p.*m);
@@ -38,14 +33,12 @@ P widened(const P& p, bool with_data) {
   return q;
 }
 
-template <auto WhyNot, auto Declines, class P>
-std::string low_via_f32_declines(const P& p) {
+template <auto WhyNot, auto Declines, class P> std::string low_via_f32_declines(const P& p) {
   if (std::string why = WhyNot((p.*P::inputs()[0]).dtype()); !why.empty()) return why;
   return Declines(widened(p, /*with_data=*/false));
 }
 
-template <auto Run, class P>
-void low_via_f32_run(const P& p) {
+template <auto Run, class P> void low_via_f32_run(const P& p) {
   const P q = widened(p, /*with_data=*/true);
   Run(q);
   for (Tensor P::*m : P::outputs())
@@ -55,8 +48,7 @@ void low_via_f32_run(const P& p) {
 
 // The kernel (Declines, Run) wrapped: it accepts p when WhyNot(p's dtype) is "" and the kernel
 // accepts the widened problem. WhyNot: std::string (*)(DType).
-template <auto WhyNot, auto Declines, auto Run>
-auto low_via_f32(Device::Type device) {
+template <auto WhyNot, auto Declines, auto Run> auto low_via_f32(Device::Type device) {
   using P = typename detail::problem_of<decltype(Run)>::type;
   return Impl<P>{"low_via_f32", device, detail::low_via_f32_declines<WhyNot, Declines, P>,
                  detail::low_via_f32_run<Run, P>};

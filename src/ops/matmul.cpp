@@ -15,8 +15,9 @@ namespace mixprec::ops {
 using namespace detail;
 
 std::string MatmulProblem::describe() const {
-  return desc_with_strides(a) + " x " + desc_with_strides(b) + (bias.defined() ? " + " + desc_with_strides(bias) : "") +
-         " -> " + desc_with_strides(out) + (relu ? " relu" : "");
+  return desc_with_strides(a) + " x " + desc_with_strides(b) +
+         (bias.defined() ? " + " + desc_with_strides(bias) : "") + " -> " + desc_with_strides(out) +
+         (relu ? " relu" : "");
 }
 
 namespace {
@@ -41,10 +42,12 @@ Tensor run_matmul(OpId op, std::string_view phase, const Tensor& a, const Tensor
   const size_t nd = a.shape().size();
   MIXPREC_ASSERT(nd >= 2 && b.shape().size() == nd, "run_matmul: ranks ", nd, " and ", b.dim());
   Shape out_shape(nd);
-  for (size_t d = 0; d + 2 < nd; ++d) out_shape[d] = a.shape()[d] == 1 ? b.shape()[d] : a.shape()[d];
+  for (size_t d = 0; d + 2 < nd; ++d)
+    out_shape[d] = a.shape()[d] == 1 ? b.shape()[d] : a.shape()[d];
   out_shape[nd - 2] = a.shape()[nd - 2];
   out_shape[nd - 1] = b.shape()[nd - 1];
-  MatmulProblem p{as_operand(a), as_operand(b), bias, Tensor::empty(out_shape, {.dtype = out_dtype, .device = a.device()}), relu};
+  MatmulProblem p{as_operand(a), as_operand(b), bias,
+                  Tensor::empty(out_shape, {.dtype = out_dtype, .device = a.device()}), relu};
   dispatch(op, phase, p);
   return p.out;
 }
@@ -99,7 +102,8 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b) {
   MIXPREC_CHECK(K == Kb, "matmul: the inner dims do not match: ", shape_str(a), " x ", shape_str(b),
                 " (", K, " vs ", Kb, ")",
                 Hint{"a's last dim must equal b's second-to-last dim (b's only dim if it is 1-D)"});
-  const Shape batch = broadcast_shapes(Shape(A.begin(), A.end() - 2), Shape(B.begin(), B.end() - 2), "matmul");
+  const Shape batch =
+      broadcast_shapes(Shape(A.begin(), A.end() - 2), Shape(B.begin(), B.end() - 2), "matmul");
   MatmulPlan pl;
   auto pad = [&](const Shape& s) {
     Shape full(batch.size() + 2 - s.size(), 1);
@@ -119,9 +123,10 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b) {
 
 // The gradient for an operand whose full shape is `full`: computed in acc dtype when it must
 // still be summed over broadcast batch dims, then summed and shaped like the operand.
-template <class F>
-Tensor operand_grad(const MatmulPlan& pl, const Shape& full, const Shape& shape, DType dt, F product) {
-  const bool reduce = Shape(full.begin(), full.end() - 2) != Shape(pl.out_full.begin(), pl.out_full.end() - 2);
+template <class F> Tensor operand_grad(const MatmulPlan& pl, const Shape& full, const Shape& shape,
+                                       DType dt, F product) {
+  const bool reduce =
+      Shape(full.begin(), full.end() - 2) != Shape(pl.out_full.begin(), pl.out_full.end() - 2);
   Tensor g = product(reduce ? acc_dtype(dt) : dt);
   if (reduce) g = reduce_to_shape(g, full);
   return g.reshape(shape);
@@ -158,7 +163,8 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
       if (gb) {  // db = a^T g; with b unbatched and a's rows mergeable that is one GEMM
         if (pl.a_full.size() > 2 && batch_numel(pl.b_full) == 1 && rows_merge(A) && rows_merge(gf))
           db = run_matmul(OpId::matmul, "backward_b", transposed(merge_rows(A)), merge_rows(gf), {},
-                          false, dt).reshape(bsh);
+                          false, dt)
+                   .reshape(bsh);
         else
           db = operand_grad(pl, pl.b_full, bsh, dt, [&](DType od) {
             return run_matmul(OpId::matmul, "backward_b", transposed(A), gf, {}, false, od);
@@ -179,14 +185,16 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   check_floating("linear", w, "weight");
   if (bias.defined()) check_floating("linear", bias, "bias");
   check_same_device("linear", {&x, &w, &bias});
-  MIXPREC_CHECK(w.dim() == 2, "linear: expected a weight of shape [out_features, in_features], got ",
+  MIXPREC_CHECK(w.dim() == 2,
+                "linear: expected a weight of shape [out_features, in_features], got ",
                 shape_str(w.shape()));
   MIXPREC_CHECK(x.dim() >= 1 && x.shape().back() == w.size(1), "linear: the input ",
                 shape_str(x.shape()), " does not end in in_features = ", w.size(1), " (weight ",
                 shape_str(w.shape()), ")", Hint{"the weight is [out_features, in_features]"});
   if (bias.defined())
-    MIXPREC_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: expected a bias of shape [",
-                  w.size(0), "], got ", shape_str(bias.shape()));
+    MIXPREC_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0),
+                  "linear: expected a bias of shape [", w.size(0), "], got ",
+                  shape_str(bias.shape()));
 }
 
 }  // namespace
@@ -210,7 +218,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
   const Tensor y2 = run_matmul(OpId::linear, "forward", x2, wd.transpose(0, 1), bd, relu, dt);
   Tensor y = y2.view(y_shape);
   if (graph::needs_grad({&x, &w, &bias})) {
-    const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = bias.defined() && bias.requires_grad();
+    const bool gx = x.requires_grad(), gw = w.requires_grad(),
+               gb = bias.defined() && bias.requires_grad();
     SavedTensor sx(x2), sw(wd), sy(relu ? y2 : Tensor());
     const Shape x_shape = x.shape();
     record(OpId::linear, {x, w, bias}, y, [=](const std::vector<Tensor>& g) {
@@ -218,10 +227,12 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
       if (relu) g2 = relu_backward(g2, sy.unpack("linear"));  // the fused relu's gradient
       const DType acc = acc_dtype(dt);
       Tensor dx, dw, db;
-      if (gx) dx = run_matmul(OpId::linear, "backward_data", g2, sw.unpack("linear"), {}, false, dt).reshape(x_shape);
+      if (gx)
+        dx = run_matmul(OpId::linear, "backward_data", g2, sw.unpack("linear"), {}, false, dt)
+                 .reshape(x_shape);
       if (gw)
-        dw = run_matmul(OpId::linear, "backward_weights", g2.transpose(0, 1), sx.unpack("linear"), {},
-                        false, acc);
+        dw = run_matmul(OpId::linear, "backward_weights", g2.transpose(0, 1), sx.unpack("linear"),
+                        {}, false, acc);
       if (gb) {
         db = Tensor::empty({out_features}, {.dtype = acc, .device = g2.device()});
         sum_rows(g2, db);
@@ -232,8 +243,8 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
   return finish(OpId::linear, p, y, dt, 2 * y.numel() * w.size(-1));
 }
 
-void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b, const Tensor& bias, bool relu,
-               const Tensor& out) {
+void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b,
+               const Tensor& bias, bool relu, const Tensor& out) {
   MatmulProblem p{as_operand(a), as_operand(b), bias, out, relu};
   // The GEMM inside another kernel takes the best implementation, whatever the caller forced.
   ForceImpl unforced("");

@@ -16,10 +16,10 @@ namespace mixprec::ops {
 
 // out = relu?(a @ b + bias), rounded once into out's dtype.
 struct MatmulProblem {
-  Tensor a;     // [..., M, K], any strides
-  Tensor b;     // [..., K, N], any strides
-  Tensor bias;  // undefined, or [N] in any floating dtype; added to the accumulator
-  Tensor out;   // [..., M, N], contiguous; its dtype may be wider than a's (f32 from bf16)
+  Tensor a;           // [..., M, K], any strides
+  Tensor b;           // [..., K, N], any strides
+  Tensor bias;        // undefined, or [N] in any floating dtype; added to the accumulator
+  Tensor out;         // [..., M, N], contiguous; its dtype may be wider than a's (f32 from bf16)
   bool relu = false;  // applied after the bias, before the one rounding
   Device device() const { return out.device(); }
   std::string describe() const;

@@ -76,16 +76,17 @@ struct BatchNormSaved {
 
 std::vector<Tensor> batch_norm_backward(const BatchNormSaved& s, const Tensor& g) {
   const Tensor x = s.x.unpack("batch_norm");
-  BatchNormBwdProblem b{.x = x,
-                      .dy = with_strides(g.dtype() == x.dtype() ? g : packed(g, x.dtype()), x.strides()),
-                      .gamma = s.gamma.unpack("batch_norm"),
-                      .mean = s.mean.unpack("batch_norm"),
-                      .var = s.var.unpack("batch_norm"),
-                      .dx = empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
-                      .dgamma = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
-                      .dbeta = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
-                      .training = s.training,
-                      .eps = s.eps};
+  BatchNormBwdProblem b{
+      .x = x,
+      .dy = with_strides(g.dtype() == x.dtype() ? g : packed(g, x.dtype()), x.strides()),
+      .gamma = s.gamma.unpack("batch_norm"),
+      .mean = s.mean.unpack("batch_norm"),
+      .var = s.var.unpack("batch_norm"),
+      .dx = empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
+      .dgamma = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
+      .dbeta = Tensor::empty({s.channels}, {.dtype = s.cd, .device = x.device()}),
+      .training = s.training,
+      .eps = s.eps};
   dispatch(OpId::batch_norm, "backward", b);
   return {b.dx, b.dgamma, b.dbeta};
 }
@@ -101,31 +102,33 @@ Tensor batch_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, T
   const Tensor &gamma = p.in[1], &beta = p.in[2];
   check_floating("batch_norm", x, "input x");
   MIXPREC_CHECK(x.dim() >= 2, "batch_norm: expected x of shape [N, C, ...], got ", desc(x));
-  MIXPREC_CHECK(o.eps >= 0 && o.momentum >= 0 && o.momentum <= 1, "batch_norm: expected eps >= 0 "
-                "and momentum in [0, 1], got eps ", o.eps, ", momentum ", o.momentum);
+  MIXPREC_CHECK(o.eps >= 0 && o.momentum >= 0 && o.momentum <= 1,
+                "batch_norm: expected eps >= 0 and momentum in [0, 1], got eps ", o.eps,
+                ", momentum ", o.momentum);
   const int64_t channels = x.shape()[1];
   const int64_t per_channel = channels ? x.numel() / channels : 0;
   const DType cd = acc_dtype(x.dtype());
   if (o.training) {
-    MIXPREC_CHECK(per_channel > 1, "batch_norm: training needs more than one value per channel, "
-                  "got x ", desc(x), Hint{"use a batch larger than 1, or eval mode (training = false)"});
+    MIXPREC_CHECK(per_channel > 1,
+                  "batch_norm: training needs more than one value per channel, got x ", desc(x),
+                  Hint{"use a batch larger than 1, or eval mode (training = false)"});
     if (running_mean.defined()) check_running(running_mean, channels, x, "running_mean");
     if (running_var.defined()) check_running(running_var, channels, x, "running_var");
   } else {
-    MIXPREC_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode "
-                  "(training = false) needs running_mean and running_var");
+    MIXPREC_CHECK(running_mean.defined() && running_var.defined(),
+                  "batch_norm: eval mode (training = false) needs running_mean and running_var");
     check_running(running_mean, channels, x, "running_mean");
     check_running(running_var, channels, x, "running_var");
   }
   if (!is_dense(x)) x = contiguous(x);
   BatchNormFwdProblem f{.x = x,
-                     .gamma = param("batch_norm", gamma, {channels}, 1.0, cd, x, "gamma"),
-                     .beta = param("batch_norm", beta, {channels}, 0.0, cd, x, "beta"),
-                     .mean = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
-                     .var = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
-                     .y = empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
-                     .training = o.training,
-                     .eps = o.eps};
+                        .gamma = param("batch_norm", gamma, {channels}, 1.0, cd, x, "gamma"),
+                        .beta = param("batch_norm", beta, {channels}, 0.0, cd, x, "beta"),
+                        .mean = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
+                        .var = Tensor::empty({channels}, {.dtype = cd, .device = x.device()}),
+                        .y = empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
+                        .training = o.training,
+                        .eps = o.eps};
   if (!o.training) {  // copies: the node must not see later in-place updates of the stats
     f.mean.copy_(running_mean.detach());
     f.var.copy_(running_var.detach());
@@ -138,8 +141,14 @@ Tensor batch_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, T
   }
   Tensor y = f.y;
   if (graph::needs_grad({&x, &gamma, &beta})) {
-    const BatchNormSaved s{SavedTensor(x), SavedTensor(f.gamma), SavedTensor(f.mean),
-                           SavedTensor(f.var), channels, cd, o.training, o.eps};
+    const BatchNormSaved s{SavedTensor(x),
+                           SavedTensor(f.gamma),
+                           SavedTensor(f.mean),
+                           SavedTensor(f.var),
+                           channels,
+                           cd,
+                           o.training,
+                           o.eps};
     record(OpId::batch_norm, {x, gamma, beta}, y,
            [s](const std::vector<Tensor>& g) { return batch_norm_backward(s, g[0]); });
   }
@@ -153,9 +162,9 @@ Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
   Prepared p = autocast_inputs(OpId::layer_norm, {x0, gamma0, beta0});
   const Tensor &gamma = p.in[1], &beta = p.in[2];
   check_floating("layer_norm", p.in[0], "input x");
-  MIXPREC_CHECK(normalized_dims >= 1 && normalized_dims <= p.in[0].dim(), "layer_norm: expected "
-                "normalized_dims in [1, ", p.in[0].dim(), "] for x ", desc(p.in[0]), ", got ",
-                normalized_dims);
+  MIXPREC_CHECK(normalized_dims >= 1 && normalized_dims <= p.in[0].dim(),
+                "layer_norm: expected normalized_dims in [1, ", p.in[0].dim(), "] for x ",
+                desc(p.in[0]), ", got ", normalized_dims);
   MIXPREC_CHECK(eps >= 0, "layer_norm: expected eps >= 0, got ", eps);
   const Tensor x = contiguous(p.in[0]);
   const Shape trailing(x.shape().end() - normalized_dims, x.shape().end());
@@ -163,13 +172,14 @@ Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
   const int64_t rows = m ? x.numel() / m : 0;
   const DType cd = acc_dtype(x.dtype());
   const Device dev = x.device();
-  LayerNormFwdProblem f{.x = x.detach().reshape({rows, m}),
-                     .gamma = param("layer_norm", gamma, trailing, 1.0, cd, x, "gamma").reshape({m}),
-                     .beta = param("layer_norm", beta, trailing, 0.0, cd, x, "beta").reshape({m}),
-                     .y = Tensor::empty({rows, m}, {.dtype = x.dtype(), .device = dev}),
-                     .mean = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
-                     .var = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
-                     .eps = eps};
+  LayerNormFwdProblem f{
+      .x = x.detach().reshape({rows, m}),
+      .gamma = param("layer_norm", gamma, trailing, 1.0, cd, x, "gamma").reshape({m}),
+      .beta = param("layer_norm", beta, trailing, 0.0, cd, x, "beta").reshape({m}),
+      .y = Tensor::empty({rows, m}, {.dtype = x.dtype(), .device = dev}),
+      .mean = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
+      .var = Tensor::empty({rows}, {.dtype = cd, .device = dev}),
+      .eps = eps};
   dispatch(OpId::layer_norm, "forward", f);
   Tensor y = f.y.reshape(x.shape());
   if (graph::needs_grad({&x, &gamma, &beta})) {
@@ -178,14 +188,14 @@ Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
     record(OpId::layer_norm, {x, gamma, beta}, y, [=](const std::vector<Tensor>& g) {
       const Tensor xs = sx.unpack("layer_norm");
       LayerNormBwdProblem b{.x = xs,
-                          .dy = packed(g[0], xs.dtype()).reshape({rows, m}),
-                          .gamma = sg.unpack("layer_norm"),
-                          .mean = sm.unpack("layer_norm"),
-                          .var = sv.unpack("layer_norm"),
-                          .dx = Tensor::empty({rows, m}, {.dtype = xs.dtype(), .device = dev}),
-                          .dgamma = Tensor::empty({m}, {.dtype = cd, .device = dev}),
-                          .dbeta = Tensor::empty({m}, {.dtype = cd, .device = dev}),
-                          .eps = eps};
+                            .dy = packed(g[0], xs.dtype()).reshape({rows, m}),
+                            .gamma = sg.unpack("layer_norm"),
+                            .mean = sm.unpack("layer_norm"),
+                            .var = sv.unpack("layer_norm"),
+                            .dx = Tensor::empty({rows, m}, {.dtype = xs.dtype(), .device = dev}),
+                            .dgamma = Tensor::empty({m}, {.dtype = cd, .device = dev}),
+                            .dbeta = Tensor::empty({m}, {.dtype = cd, .device = dev}),
+                            .eps = eps};
       dispatch(OpId::layer_norm, "backward", b);
       return std::vector<Tensor>{b.dx.reshape(x_shape), b.dgamma.reshape(trailing),
                                  b.dbeta.reshape(trailing)};

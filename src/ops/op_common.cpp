@@ -9,7 +9,8 @@ namespace mixprec::ops::detail {
 Prepared autocast_inputs(OpId op, std::vector<Tensor> inputs) {
   Prepared p;
   if (op_recording())
-    for (const Tensor& t : inputs) p.is_param.push_back(t.defined() && t.is_leaf() && t.requires_grad());
+    for (const Tensor& t : inputs)
+      p.is_param.push_back(t.defined() && t.is_leaf() && t.requires_grad());
   std::optional<DType> explicit_dtype;
   for (const Tensor& t : inputs) {
     if (!t.defined() || !is_floating(t.dtype())) continue;
@@ -48,21 +49,28 @@ Tensor finish(OpId op, const Prepared& p, Tensor out, DType compute_dtype, int64
     c.flops += flops;
     if (is_low_precision(compute_dtype)) c.low_flops += flops;
   }
-  if (NumericsCheckScope* check = numerics_check(); check && !check->first() && is_floating(out.dtype())) {
+  if (NumericsCheckScope* check = numerics_check();
+      check && !check->first() && is_floating(out.dtype())) {
     const FiniteSummary f = summarize_finite(out);
     if (f.nonfinite > 0) {
       double in_max = 0.0;
       for (const Tensor& t : p.in) in_max = std::max(in_max, summarize_finite(t).max_abs);
       check->record(NonFiniteEvent{op, std::string(op_name(op)), current_cell_path(), "forward",
-                                   "output of " + std::string(op_name(op)), out.dtype(), in_max, f.nonfinite,
-                                   f.has_nan});
+                                   "output of " + std::string(op_name(op)), out.dtype(), in_max,
+                                   f.nonfinite, f.has_nan});
     }
   }
   if (p.decision.output && is_floating(out.dtype()) && out.dtype() != *p.decision.output)
     out = amp_cast(out, *p.decision.output);
   if (p.explicit_mark != 0) mark_explicit_dtype(out, p.explicit_mark);
   if (op_recording()) {
-    OpRecord r{op, current_cell_path(), {}, {}, compute_dtype, out.dtype(), flops,
+    OpRecord r{op,
+               current_cell_path(),
+               {},
+               {},
+               compute_dtype,
+               out.dtype(),
+               flops,
                !p.in.empty() && p.in[0].defined() && p.in[0].requires_grad()};
     for (size_t i = 0; i < p.in.size(); ++i) {
       const Tensor& t = p.in[i];
@@ -122,8 +130,10 @@ Tensor reduce_to_shape(const Tensor& grad, const Shape& shape) {
   std::vector<int64_t> axes;
   const size_t lead = n - shape.size();
   for (size_t i = 0; i < n; ++i) {
-    if (i < lead) axes.push_back(static_cast<int64_t>(i));
-    else if (shape[i - lead] == 1 && grad.shape()[i] != 1) axes.push_back(static_cast<int64_t>(i));
+    if (i < lead)
+      axes.push_back(static_cast<int64_t>(i));
+    else if (shape[i - lead] == 1 && grad.shape()[i] != 1)
+      axes.push_back(static_cast<int64_t>(i));
   }
   Tensor g = axes.empty() ? grad : sum(grad, axes, /*keepdims=*/true);
   return reshape(g, shape);

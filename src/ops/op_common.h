@@ -19,7 +19,8 @@ struct Prepared {
   std::vector<Tensor> in;  // inputs after autocast (same order; undefined stay undefined)
   CastDecision decision;
   std::vector<bool> is_param;  // input i was a parameter (a leaf that requires grad)
-  uint64_t explicit_mark = 0;  // the outermost explicit-dtype mark of the inputs; finish() passes it on
+  uint64_t explicit_mark =
+      0;  // the outermost explicit-dtype mark of the inputs; finish() passes it on
 };
 
 // Applies autocast to the floating inputs (integer/bool inputs and undefined ones pass through),

@@ -13,7 +13,6 @@
 namespace mixprec::ops {
 using namespace detail;
 
-
 std::string PoolGeometry::str() const {
   if (adaptive) return "adaptive " + std::to_string(oh) + "x" + std::to_string(ow);
   return std::string(kind == PoolKind::max ? "max" : "avg") + " k" + std::to_string(kh) + "x" +

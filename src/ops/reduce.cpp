@@ -13,7 +13,8 @@ std::string ReduceSumProblem::describe() const {
   return desc_with_strides(x) + " axes " + shape_str(plan.axes) + " -> " + desc(out);
 }
 std::string ReduceMaxProblem::describe() const {
-  return desc_with_strides(x) + " axes " + shape_str(plan.axes) + (values.defined() ? " -> values, index" : " -> index");
+  return desc_with_strides(x) + " axes " + shape_str(plan.axes) +
+         (values.defined() ? " -> values, index" : " -> index");
 }
 std::string ReduceMaxBwdProblem::describe() const {
   return "g " + desc(g) + " axes " + shape_str(plan.axes) + " -> " + desc(gx);
@@ -49,8 +50,8 @@ ReducePlan plan_reduce(const Tensor& x, std::vector<int64_t> axes, std::string_v
 }
 
 Tensor run_sum(OpId op, const Tensor& x, const ReducePlan& p, double scale) {
-  const ReduceSumProblem pr{x, Tensor::empty(p.out_shape, {.dtype = x.dtype(), .device = x.device()}),
-                            p, scale};
+  const ReduceSumProblem pr{
+      x, Tensor::empty(p.out_shape, {.dtype = x.dtype(), .device = x.device()}), p, scale};
   dispatch(op, "forward", pr);
   return pr.out;
 }
@@ -59,7 +60,8 @@ Tensor run_sum(OpId op, const Tensor& x, const ReducePlan& p, double scale) {
 ReduceMaxProblem run_max(OpId op, const Tensor& x, const ReducePlan& p, bool with_values) {
   const TensorOptions o{.dtype = x.dtype(), .device = x.device()};
   const ReduceMaxProblem pr{x, with_values ? Tensor::empty(p.out_shape, o) : Tensor(),
-                            Tensor::empty(p.out_shape, {.dtype = DType::i64, .device = x.device()}), p};
+                            Tensor::empty(p.out_shape, {.dtype = DType::i64, .device = x.device()}),
+                            p};
   dispatch(op, "forward", pr);
   return pr;
 }

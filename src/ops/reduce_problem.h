@@ -13,10 +13,10 @@
 namespace mixprec::ops {
 
 struct ReducePlan {
-  std::vector<int64_t> axes;       // sorted, unique, wrapped
-  Shape out_shape;                 // without the reduced dims
-  Shape keep_shape;                // with size-1 reduced dims (keepdims)
-  Shape kept_sizes, red_sizes;     // sizes of kept / reduced dims (input order)
+  std::vector<int64_t> axes;    // sorted, unique, wrapped
+  Shape out_shape;              // without the reduced dims
+  Shape keep_shape;             // with size-1 reduced dims (keepdims)
+  Shape kept_sizes, red_sizes;  // sizes of kept / reduced dims (input order)
   Strides kept_strides, red_strides;
   int64_t red_count = 1;
 };

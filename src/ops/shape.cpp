@@ -122,9 +122,10 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     const Tensor& t = xs[i];
     MIXPREC_CHECK(t.dim() == nd, "concat: tensor ", i, " has ", t.dim(), " dims, expected ", nd);
     for (int64_t d = 0; d < nd; ++d)
-      MIXPREC_CHECK(d == axis || t.shape()[static_cast<size_t>(d)] == xs[0].shape()[static_cast<size_t>(d)],
-                    "concat: tensor ", i, " has shape ", shape_str(t.shape()), ", expected ",
-                    shape_str(xs[0].shape()), " except along axis ", axis);
+      MIXPREC_CHECK(
+          d == axis || t.shape()[static_cast<size_t>(d)] == xs[0].shape()[static_cast<size_t>(d)],
+          "concat: tensor ", i, " has shape ", shape_str(t.shape()), ", expected ",
+          shape_str(xs[0].shape()), " except along axis ", axis);
     out_shape[static_cast<size_t>(axis)] += t.shape()[static_cast<size_t>(axis)];
     dt = promote(dt, t.dtype());
   }
@@ -190,18 +191,17 @@ Tensor contiguous(const Tensor& x) {
   Tensor out = mixprec::detail::raw_copy(x, x.dtype());
   carry_explicit_dtype({&x}, out);
   if (graph::needs_grad({&x})) {
-    record(OpId::contiguous, {x}, out, [](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{g[0]};
-    });
+    record(OpId::contiguous, {x}, out,
+           [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   }
   return out;
 }
 
 namespace {
 Tensor convert(const Tensor& x, DType dtype) {
-  MIXPREC_CHECK(!x.requires_grad() || is_floating(dtype), "cast: cannot cast a tensor that "
-                "requires grad to the non-floating dtype ", dtype_name(dtype),
-                Hint{"detach() it first"});
+  MIXPREC_CHECK(!x.requires_grad() || is_floating(dtype),
+                "cast: cannot cast a tensor that requires grad to the non-floating dtype ",
+                dtype_name(dtype), Hint{"detach() it first"});
   // Leaves that require grad (weights) under autocast go through the weight cast cache.
   CastCache* cache = autocast_state().cache;
   const bool cacheable = cache && x.is_leaf() && x.requires_grad();
@@ -216,20 +216,22 @@ Tensor convert(const Tensor& x, DType dtype) {
     AmpCounters& c = amp_counters();
     ++c.casts;
     c.cast_bytes += static_cast<int64_t>(out.nbytes());
-    if (NumericsCheckScope* check = numerics_check(); check && !check->first() && is_floating(dtype)) {
+    if (NumericsCheckScope* check = numerics_check();
+        check && !check->first() && is_floating(dtype)) {
       const FiniteSummary f = summarize_finite(out);
       if (f.nonfinite > 0)  // a finite input that overflows the narrower dtype
         check->record(NonFiniteEvent{OpId::cast, "cast", current_cell_path(), "forward",
-                                     std::string("cast ") + std::string(dtype_name(x.dtype())) + " -> " +
-                                         std::string(dtype_name(dtype)),
+                                     std::string("cast ") + std::string(dtype_name(x.dtype())) +
+                                         " -> " + std::string(dtype_name(dtype)),
                                      dtype, summarize_finite(x).max_abs, f.nonfinite, f.has_nan});
     }
   }
   if (graph::needs_grad({&x})) {
     const DType src = x.dtype();
-    record(OpId::cast, {x}, out, [src](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{amp_cast(g[0], src)};
-    }, /*accepts_any_grad_dtype=*/true);
+    record(
+        OpId::cast, {x}, out,
+        [src](const std::vector<Tensor>& g) { return std::vector<Tensor>{amp_cast(g[0], src)}; },
+        /*accepts_any_grad_dtype=*/true);
   }
   if (op_recording())
     record_op(OpRecord{OpId::cast, current_cell_path(), {x.dtype()}, {}, dtype, dtype, 0, false});
@@ -250,8 +252,10 @@ Tensor cast(const Tensor& x, DType dtype) {
   if (has_explicit_dtype(x)) return x;
   Tensor out = Tensor::from_storage(x.storage(), x.shape(), x.strides(), x.offset(), x.dtype());
   if (graph::needs_grad({&x})) {
-    record(OpId::cast, {x}, out, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; },
-           /*accepts_any_grad_dtype=*/true);
+    record(
+        OpId::cast, {x}, out,
+        [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; },
+        /*accepts_any_grad_dtype=*/true);
   }
   mark_explicit_dtype(out);
   return out;
@@ -277,9 +281,8 @@ Tensor Tensor::clone() const {
   Tensor out = detail::raw_copy(*this, dtype());
   ops::detail::carry_explicit_dtype({this}, out);
   if (graph::needs_grad({this})) {
-    ops::detail::record(OpId::contiguous, {*this}, out, [](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{g[0]};
-    });
+    ops::detail::record(OpId::contiguous, {*this}, out,
+                        [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   }
   return out;
 }

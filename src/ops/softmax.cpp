@@ -12,14 +12,12 @@ using namespace detail;
 
 namespace {
 std::string describe_softmax(const Tensor& t, int64_t axis, bool log) {
-  return std::string(log ? "log_softmax " : "softmax ") + desc(t) + " axis " +
-         std::to_string(axis);
+  return std::string(log ? "log_softmax " : "softmax ") + desc(t) + " axis " + std::to_string(axis);
 }
 }  // namespace
 
 std::string SoftmaxFwdProblem::describe() const { return describe_softmax(x, axis, log); }
 std::string SoftmaxBwdProblem::describe() const { return describe_softmax(y, axis, log); }
-
 
 namespace {
 
@@ -37,11 +35,12 @@ Tensor softmax_op(OpId id, const Tensor& x0, int64_t axis, bool log) {
     SavedTensor sy(y.detach());
     record(id, {x}, y, [sy, id, ax, log](const std::vector<Tensor>& g) {
       const Tensor ys = sy.unpack(op_name(id));
-      const SoftmaxBwdProblem b{.y = ys,
-                              .dy = packed(g[0], ys.dtype()),
-                              .dx = Tensor::empty(ys.shape(), {.dtype = ys.dtype(), .device = ys.device()}),
-                              .axis = ax,
-                              .log = log};
+      const SoftmaxBwdProblem b{
+          .y = ys,
+          .dy = packed(g[0], ys.dtype()),
+          .dx = Tensor::empty(ys.shape(), {.dtype = ys.dtype(), .device = ys.device()}),
+          .axis = ax,
+          .log = log};
       dispatch(id, "backward", b);
       return std::vector<Tensor>{b.dx};
     });

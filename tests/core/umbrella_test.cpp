@@ -11,10 +11,8 @@
 namespace mixprec {
 namespace {
 
-template <class T, class = void>
-struct is_complete : std::false_type {};
-template <class T>
-struct is_complete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
+template <class T, class = void> struct is_complete : std::false_type {};
+template <class T> struct is_complete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
 
 TEST(UmbrellaHeader, ExportsTheGuardAndTrainingStateCheckpoints) {
   EXPECT_TRUE(is_complete<train::OverflowGuard>::value);
@@ -22,7 +20,7 @@ TEST(UmbrellaHeader, ExportsTheGuardAndTrainingStateCheckpoints) {
   EXPECT_TRUE(is_complete<train::ResumeInfo>::value);
   EXPECT_NE(&train::save_training_state, nullptr);
   EXPECT_NE(&train::load_training_state, nullptr);
-  EXPECT_TRUE(is_complete<NoGradGuard>::value);  // grad mode is public (mixprec/grad_mode.h)
+  EXPECT_TRUE(is_complete<NoGradGuard>::value);    // grad mode is public (mixprec/grad_mode.h)
   EXPECT_EQ(parse_amp_level("o2"), AmpLevel::O2);  // the AMP vocabulary (mixprec/amp/level.h)
 }
 

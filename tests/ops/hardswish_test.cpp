@@ -23,13 +23,15 @@ TEST(Hardswish, HandComputedValuesAroundTheKinks) {
   const Tensor x = Tensor::from_vector<double>({-4, -3, -1.5, 0, 1.5, 3, 4, NAN}, {8});
   const std::vector<double> y = ops::hardswish(x).to_vector<double>();
   const std::vector<double> want{0, 0, -1.5 * 1.5 / 6, 0, 1.5 * 4.5 / 6, 3, 4};
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_DOUBLE_EQ(y[i], want[i]) << "x = " << x.at({int64_t(i)});
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_DOUBLE_EQ(y[i], want[i]) << "x = " << x.at({int64_t(i)});
   EXPECT_TRUE(std::isnan(y[7]));
 }
 
 TEST(Hardswish, ForwardMatchesF64InEveryDtype) {
   const Tensor x = random({513}, 21, DType::f64, -5, 5);
-  EXPECT_TRUE(testing::matches_f64_in_all_dtypes([](const V& in) { return ops::hardswish(in[0]); }, {x}));
+  EXPECT_TRUE(
+      testing::matches_f64_in_all_dtypes([](const V& in) { return ops::hardswish(in[0]); }, {x}));
 }
 
 TEST(Hardswish, VectorKernelMatchesTheReferenceKernelInEveryDtype) {
@@ -80,8 +82,11 @@ TEST(Hardswish, ChannelsLastInputKeepsItsLayout) {
   const Tensor y = ops::hardswish(x);
   EXPECT_EQ(y.strides(), x.strides());
   EXPECT_TRUE(testing::all_close(y, ops::hardswish(x.contiguous())));
-  EXPECT_TRUE(testing::gradcheck([](const V& in) { return ops::hardswish(in[0].permute({0, 3, 1, 2})); },
-                                 {random({2, 3, 2, 2}, 26, DType::f64, -5, 5)}));
+  EXPECT_TRUE(testing::gradcheck(
+      [](const V& in) {
+        return ops::hardswish(in[0].permute({0, 3, 1, 2}));
+      },
+      {random({2, 3, 2, 2}, 26, DType::f64, -5, 5)}));
 }
 
 TEST(Hardswish, AmpPolicyKeepRunsInTheInputDtype) {

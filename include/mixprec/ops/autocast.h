@@ -26,12 +26,12 @@ class CastCache;
 struct OpRecord {
   OpId op;
   std::string cell_path;
-  std::vector<DType> input_dtypes;  // floating inputs, after autocast
-  std::vector<DType> weight_dtypes; // the subset that are parameters (leaves requiring grad)
-  DType compute_dtype;              // the dtype the arithmetic ran in
+  std::vector<DType> input_dtypes;   // floating inputs, after autocast
+  std::vector<DType> weight_dtypes;  // the subset that are parameters (leaves requiring grad)
+  DType compute_dtype;               // the dtype the arithmetic ran in
   DType output_dtype;
-  int64_t flops = 0;                // forward floating-point operations of GEMM-like ops
-  bool input_requires_grad = false; // the first input needs a gradient (a backward-data pass)
+  int64_t flops = 0;                 // forward floating-point operations of GEMM-like ops
+  bool input_requires_grad = false;  // the first input needs a gradient (a backward-data pass)
 };
 
 // What autocast does to the floating inputs (and the output) of an op, by the op's policy.

@@ -15,13 +15,13 @@ namespace mixprec {
 
 struct NonFiniteEvent {
   OpId op = OpId::add;
-  std::string op_name;         // op (forward) or node (backward) name
-  std::string cell;            // cell path that ran the op ("" = the network itself)
-  std::string phase;           // "forward" or "backward"
-  std::string detail;          // e.g. "gradient w.r.t. input 1 (weight)"
-  DType dtype = DType::f32;    // dtype of the non-finite tensor
-  double input_max_abs = 0.0;  // max |x| over the op's inputs (forward) or incoming gradients
-  int64_t nonfinite_count = 0; // how many values of the output are inf/NaN
+  std::string op_name;          // op (forward) or node (backward) name
+  std::string cell;             // cell path that ran the op ("" = the network itself)
+  std::string phase;            // "forward" or "backward"
+  std::string detail;           // e.g. "gradient w.r.t. input 1 (weight)"
+  DType dtype = DType::f32;     // dtype of the non-finite tensor
+  double input_max_abs = 0.0;   // max |x| over the op's inputs (forward) or incoming gradients
+  int64_t nonfinite_count = 0;  // how many values of the output are inf/NaN
   bool has_nan = false;
 };
 
@@ -67,10 +67,10 @@ FiniteSummary summarize_finite(const Tensor& t);
 
 // Per-thread AMP counters; reset and read by the train step.
 struct AmpCounters {
-  int64_t casts = 0;        // casts that copied data (cache hits excluded)
-  int64_t cast_bytes = 0;   // bytes written by those casts
-  int64_t flops = 0;        // forward FLOPs of GEMM-like ops
-  int64_t low_flops = 0;    // the part that ran in f16/bf16
+  int64_t casts = 0;       // casts that copied data (cache hits excluded)
+  int64_t cast_bytes = 0;  // bytes written by those casts
+  int64_t flops = 0;       // forward FLOPs of GEMM-like ops
+  int64_t low_flops = 0;   // the part that ran in f16/bf16
 };
 AmpCounters& amp_counters();
 

@@ -85,7 +85,7 @@ struct Pool2dOptions {
   std::array<int64_t, 2> stride{0, 0};   // 0: equal to kernel
   std::array<int64_t, 2> padding{0, 0};  // symmetric, top/bottom and left/right
   bool ceil_mode = false;
-  bool count_include_pad = true;         // avg pool: divide by the full window
+  bool count_include_pad = true;  // avg pool: divide by the full window
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {});
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options = {});
@@ -155,8 +155,10 @@ struct SoftmaxCrossEntropyOptions {
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
                              const SoftmaxCrossEntropyOptions& options = {});
 // log_probs [N, C], labels [N] integer.
-Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, Reduction reduction = Reduction::mean);
-Tensor mse_loss(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::mean);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels,
+                Reduction reduction = Reduction::mean);
+Tensor mse_loss(const Tensor& prediction, const Tensor& target,
+                Reduction reduction = Reduction::mean);
 
 }  // namespace mixprec::ops
 

@@ -11,6 +11,8 @@
 
 namespace mixprec {
 
+// (Formatted by hand: the values read in groups, several a line.)
+// clang-format off
 enum class OpId : uint16_t {
   // elementwise, broadcasting
   add, sub, mul, div, pow, maximum, minimum, add_scalar, mul_scalar, pow_scalar,
@@ -33,6 +35,7 @@ enum class OpId : uint16_t {
   softmax_cross_entropy, nll_loss, mse_loss,
   count_
 };
+// clang-format on
 inline constexpr size_t kNumOps = static_cast<size_t>(OpId::count_);
 
 // How autocast treats an op (DESIGN.md, AMP semantics). The level decides when it applies:

@@ -33,9 +33,9 @@ namespace mixprec::ops::cpu {
 using namespace detail;
 namespace {
 
-constexpr int64_t kCols = 16;   // output columns per block (one AVX-512 register of f32)
-constexpr int64_t kCoBlk = 8;   // output channels per block
-constexpr int64_t kMaxK = 7;    // largest kernel side handled
+constexpr int64_t kCols = 16;  // output columns per block (one AVX-512 register of f32)
+constexpr int64_t kCoBlk = 8;  // output channels per block
+constexpr int64_t kMaxK = 7;   // largest kernel side handled
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
@@ -58,10 +58,10 @@ MIXPREC_ALWAYS_INLINE void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof 
 // The geometry both kernels share.
 struct Plan {
   int64_t kh, kw, pad_t, pad_l, h, w, oh, ow, cout;
-  int64_t nb;        // 16-column blocks per output row
-  int64_t owp;       // nb * 16
-  int64_t pw, ph;    // padded image: ph rows of pw floats
-  int64_t ncb;       // 8-channel blocks
+  int64_t nb;      // 16-column blocks per output row
+  int64_t owp;     // nb * 16
+  int64_t pw, ph;  // padded image: ph rows of pw floats
+  int64_t ncb;     // 8-channel blocks
 };
 
 Plan make_plan(const ConvGeometry& g) {
@@ -75,8 +75,7 @@ Plan make_plan(const ConvGeometry& g) {
 }
 
 // xp <- image n of x (one channel), widened to f32, zero everywhere else.
-template <class T>
-void pad_image(const Tensor& x, int64_t n, const Plan& p, float* xp) {
+template <class T> void pad_image(const Tensor& x, int64_t n, const Plan& p, float* xp) {
   std::fill(xp, xp + p.ph * p.pw, 0.0f);
   const T* xb = static_cast<const T*>(x.data_ptr()) + n * x.strides()[0];
   const int64_t sh = x.strides()[2], sw = x.strides()[3];
@@ -94,8 +93,8 @@ void pad_image(const Tensor& x, int64_t n, const Plan& p, float* xp) {
 
 // One output row (planar [ncb * 8][owp]) from xp rows oh .. oh + kh - 1. wpad is
 // [ncb][kh * kw][8] (zero for channels past cout), bias [ncb * 8].
-MIXPREC_ALWAYS_INLINE void fwd_row_body(const float* xrow, const Plan& p, const float* wpad, const float* bias,
-                                        bool relu, float* out) {
+MIXPREC_ALWAYS_INLINE void fwd_row_body(const float* xrow, const Plan& p, const float* wpad,
+                                        const float* bias, bool relu, float* out) {
   const int64_t taps = p.kh * p.kw;
   for (int64_t b = 0; b < p.nb; ++b)
     for (int64_t cb = 0; cb < p.ncb; ++cb) {
@@ -120,15 +119,16 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void fwd_row_avx51
     const float* xrow, const Plan& p, const float* wpad, const float* bias, bool relu, float* out) {
   fwd_row_body(xrow, p, wpad, bias, relu, out);
 }
-__attribute__((target("avx2,fma"))) void fwd_row_avx2(const float* xrow, const Plan& p, const float* wpad,
-                                                      const float* bias, bool relu, float* out) {
+__attribute__((target("avx2,fma"))) void fwd_row_avx2(const float* xrow, const Plan& p,
+                                                      const float* wpad, const float* bias,
+                                                      bool relu, float* out) {
   fwd_row_body(xrow, p, wpad, bias, relu, out);
 }
 
 // Partial dW for one (channel, kernel row i): acc[j] = sum over the image of dy * x shifted.
 // dyc is the channel's plane [oh][owp]; out receives KW sums.
-template <int KW>
-MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp, const Plan& p, int64_t i, float* out) {
+template <int KW> MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp,
+                                                        const Plan& p, int64_t i, float* out) {
   v16 acc[KW];
   for (int j = 0; j < KW; ++j) acc[j] = v16{};
   // The last block's lanes past ow hold dy = 0 but may read real input columns; a product
@@ -155,21 +155,19 @@ MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp, const P
   }
 }
 
-template <int KW>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void bwd_w_avx512(const float* dyc, const float* xp,
-                                                                                const Plan& p, int64_t i, float* out) {
+template <int KW> __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void bwd_w_avx512(
+    const float* dyc, const float* xp, const Plan& p, int64_t i, float* out) {
   bwd_w_body<KW>(dyc, xp, p, i, out);
 }
 template <int KW>
-__attribute__((target("avx2,fma"))) void bwd_w_avx2(const float* dyc, const float* xp, const Plan& p, int64_t i,
-                                                    float* out) {
+__attribute__((target("avx2,fma"))) void bwd_w_avx2(const float* dyc, const float* xp,
+                                                    const Plan& p, int64_t i, float* out) {
   bwd_w_body<KW>(dyc, xp, p, i, out);
 }
 
 using BwdFn = void (*)(const float*, const float*, const Plan&, int64_t, float*);
 
-template <int... KW>
-BwdFn pick_bwd(int64_t kw, bool avx512, std::integer_sequence<int, KW...>) {
+template <int... KW> BwdFn pick_bwd(int64_t kw, bool avx512, std::integer_sequence<int, KW...>) {
   BwdFn f = nullptr;
   ((kw == KW + 1 ? (f = avx512 ? &bwd_w_avx512<KW + 1> : &bwd_w_avx2<KW + 1>) : f), ...);
   return f;
@@ -184,7 +182,8 @@ std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image
   const CpuFeatures& f = cpu_features();
   if (!(f.avx2 && f.fma)) return "needs AVX2 and FMA";
   if (g.groups != 1 || g.cin != 1) return "more than one input channel";
-  if (g.stride_h != 1 || g.stride_w != 1 || g.dil_h != 1 || g.dil_w != 1) return "stride or dilation != 1";
+  if (g.stride_h != 1 || g.stride_w != 1 || g.dil_h != 1 || g.dil_w != 1)
+    return "stride or dilation != 1";
   if (g.kh > kMaxK || g.kw > kMaxK) return "kernel larger than 7x7";
   // Past one 8-channel block the scalar interleave into channels-last order dominates, and
   // im2col + GEMM (whose N is then a fair width) measures faster: 1 -> 32 channels 3x3 at
@@ -192,8 +191,8 @@ std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image
   // BM_first_conv); 1 -> 6 channels 5x5: 3.6 ms direct vs 5.5 ms im2col.
   if (g.cout > kCoBlk) return "more than 8 output channels (im2col + GEMM is faster there)";
   if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16) return "not f32, bf16 or f16";
-  if (!is_channels_last(image) || image.strides()[3] != g.cout || image.strides()[2] != g.ow * g.cout ||
-      image.strides()[0] != g.oh * g.ow * g.cout)
+  if (!is_channels_last(image) || image.strides()[3] != g.cout ||
+      image.strides()[2] != g.ow * g.cout || image.strides()[0] != g.oh * g.ow * g.cout)
     return "output (gradient) not dense channels-last";
   return "";
 }
@@ -204,7 +203,9 @@ std::vector<float> padded_weights(const Tensor& w, const Plan& p) {
   const int64_t taps = p.kh * p.kw;
   std::vector<float> out(static_cast<size_t>(p.ncb * taps * kCoBlk), 0.0f);
   for (int64_t co = 0; co < p.cout; ++co)
-    for (int64_t t = 0; t < taps; ++t) out[static_cast<size_t>(((co / kCoBlk) * taps + t) * kCoBlk + co % kCoBlk)] = wp[co * taps + t];
+    for (int64_t t = 0; t < taps; ++t)
+      out[static_cast<size_t>(((co / kCoBlk) * taps + t) * kCoBlk + co % kCoBlk)] =
+          wp[co * taps + t];
   return out;
 }
 
@@ -239,8 +240,11 @@ void conv_direct_c1_fwd(const ConvFwdProblem& pr) {
         for (int64_t oh = 0; oh < p.oh; ++oh) {
           row_fn(xp.data() + oh * p.pw, p, wpad.data(), bias.data(), pr.relu, planes.data());
           for (int64_t ow = 0; ow < p.ow; ++ow)
-            for (int64_t co = 0; co < p.cout; ++co) row[static_cast<size_t>(ow * p.cout + co)] = planes[static_cast<size_t>(co * p.owp + ow)];
-          convert_row(row.data(), DType::f32, yb + ((n * p.oh + oh) * row_elems) * isz, ydt, row_elems);
+            for (int64_t co = 0; co < p.cout; ++co)
+              row[static_cast<size_t>(ow * p.cout + co)] =
+                  planes[static_cast<size_t>(co * p.owp + ow)];
+          convert_row(row.data(), DType::f32, yb + ((n * p.oh + oh) * row_elems) * isz, ydt,
+                      row_elems);
         }
       }
     }
@@ -274,11 +278,13 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
         for (int64_t oh = 0; oh < p.oh; ++oh)
           for (int64_t ow = 0; ow < p.ow; ++ow)
             for (int64_t co = 0; co < p.cout; ++co)
-              planes[static_cast<size_t>((co * p.oh + oh) * p.owp + ow)] = dy32[static_cast<size_t>((oh * p.ow + ow) * p.cout + co)];
+              planes[static_cast<size_t>((co * p.oh + oh) * p.owp + ow)] =
+                  dy32[static_cast<size_t>((oh * p.ow + ow) * p.cout + co)];
         float* part = parts.data() + n * slot;
         for (int64_t co = 0; co < p.cout; ++co) {
           const float* plane = planes.data() + co * p.oh * p.owp;
-          for (int64_t i = 0; i < p.kh; ++i) fn(plane, xp.data(), p, i, part + co * taps + i * p.kw);
+          for (int64_t i = 0; i < p.kh; ++i)
+            fn(plane, xp.data(), p, i, part + co * taps + i * p.kw);
           float s = 0.0f;  // db: the plane in row order
           for (int64_t k = 0; k < p.oh * p.owp; ++k) s += plane[k];
           part[p.cout * taps + co] = s;

@@ -3,9 +3,10 @@
 // fast channels-last kernel. Forward: patches P [N*OH*OW, K] times W^T gives the channels-last
 // output directly; backward-weights: dY^T P in f32; backward-data: dY W, scattered back with
 // col2im (per image, in a fixed order: deterministic). The GEMMs go through dispatch (gemm_into,
-// ops/matmul_problem.h). The patch matrix is built in column layout, P [N, K, OH*OW]: row (ci, i, j) of image n is a shifted copy of input channel ci (raw elements,
-// no conversion; padding positions are zero), so building it is a series of row copies. Both
-// output layouts are one batched GEMM over it: NCHW y_n = W P_n, channels-last y_n = P_n^T W^T.
+// ops/matmul_problem.h). The patch matrix is built in column layout, P [N, K, OH*OW]: row (ci, i,
+// j) of image n is a shifted copy of input channel ci (raw elements, no conversion; padding
+// positions are zero), so building it is a series of row copies. Both output layouts are one
+// batched GEMM over it: NCHW y_n = W P_n, channels-last y_n = P_n^T W^T.
 #include "ops/cpu/kernels.h"
 
 #include <algorithm>
@@ -25,16 +26,19 @@ int64_t reduction(const ConvGeometry& g) { return g.cin_g() * g.kh * g.kw; }
 
 std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image) {
   if (g.groups != 1) return "grouped convolution";
-  if (reduction(g) > kMaxK) return "reduction cin*kh*kw = " + std::to_string(reduction(g)) + " > 64";
+  if (reduction(g) > kMaxK)
+    return "reduction cin*kh*kw = " + std::to_string(reduction(g)) + " > 64";
   if (!is_floating(dt) || dt == DType::f64) return "f64 (the reference handles it)";
-  if (!has_layout(image, ImageLayout::nhwc) && !image.is_contiguous()) return "neither channels-last nor contiguous";
+  if (!has_layout(image, ImageLayout::nhwc) && !image.is_contiguous())
+    return "neither channels-last nor contiguous";
   return "";
 }
 
-bool nchw(const Tensor& image) { return image.is_contiguous() && !has_layout(image, ImageLayout::nhwc); }
+bool nchw(const Tensor& image) {
+  return image.is_contiguous() && !has_layout(image, ImageLayout::nhwc);
+}
 
-template <class E>
-void im2col_columns(const Tensor& x, const ConvGeometry& g, Tensor& P) {
+template <class E> void im2col_columns(const Tensor& x, const ConvGeometry& g, Tensor& P) {
   const int64_t K = reduction(g), OHW = g.oh * g.ow;
   const E* xb = static_cast<const E*>(x.data_ptr());
   E* pb = static_cast<E*>(P.data_ptr());
@@ -59,7 +63,8 @@ void im2col_columns(const Tensor& x, const ConvGeometry& g, Tensor& P) {
         const E* src = xb + n * st[0] + ci * st[1] + ih * st[2] + off * st[3];
         std::fill(out, out + lo, E{});
         const int64_t step = g.stride_w * st[3];
-        if (step == 1) std::memcpy(out + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(E));
+        if (step == 1)
+          std::memcpy(out + lo, src + lo, static_cast<size_t>(hi - lo) * sizeof(E));
         else
           for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow * step];
         std::fill(out + hi, out + g.ow, E{});
@@ -68,9 +73,12 @@ void im2col_columns(const Tensor& x, const ConvGeometry& g, Tensor& P) {
 }
 
 Tensor im2col(const Tensor& x, const ConvGeometry& g) {
-  Tensor P = Tensor::empty({g.n, reduction(g), g.oh * g.ow}, {.dtype = x.dtype(), .device = x.device()});
-  if (x.itemsize() == 2) im2col_columns<uint16_t>(x, g, P);
-  else im2col_columns<uint32_t>(x, g, P);
+  Tensor P =
+      Tensor::empty({g.n, reduction(g), g.oh * g.ow}, {.dtype = x.dtype(), .device = x.device()});
+  if (x.itemsize() == 2)
+    im2col_columns<uint16_t>(x, g, P);
+  else
+    im2col_columns<uint32_t>(x, g, P);
   return P;
 }
 
@@ -109,7 +117,9 @@ void bias_relu_nchw(const Tensor& acc, const Tensor& b, bool relu, const Tensor&
 
 }  // namespace
 
-std::string conv_im2col_fwd_declines(const ConvFwdProblem& p) { return common_declines(p.g, p.x.dtype(), p.y); }
+std::string conv_im2col_fwd_declines(const ConvFwdProblem& p) {
+  return common_declines(p.g, p.x.dtype(), p.y);
+}
 
 void conv_im2col_fwd(const ConvFwdProblem& p) {
   const ConvGeometry& g = p.g;
@@ -117,7 +127,8 @@ void conv_im2col_fwd(const ConvFwdProblem& p) {
   const Tensor w2 = p.w.contiguous().reshape({1, g.cout, K});
   const Tensor P = im2col(p.x, g);  // [N, K, OHW]
   if (!nchw(p.y)) {  // channels-last: y_n [OHW, Cout] = P_n^T W^T, bias and relu as post-ops
-    gemm_into(OpId::conv2d, "forward(im2col)", P.transpose(1, 2), w2.transpose(1, 2), p.b, p.relu, as_n_hw_c(p.y));
+    gemm_into(OpId::conv2d, "forward(im2col)", P.transpose(1, 2), w2.transpose(1, 2), p.b, p.relu,
+              as_n_hw_c(p.y));
     return;
   }
   if (!p.b.defined()) {  // NCHW: y_n [Cout, OHW] = W P_n, relu (if any) as a post-op
@@ -125,7 +136,8 @@ void conv_im2col_fwd(const ConvFwdProblem& p) {
     return;
   }
   // NCHW with a (per-row) bias: accumulate in f32, add bias and relu, round once.
-  Tensor acc = Tensor::empty({g.n, g.cout, g.oh * g.ow}, {.dtype = DType::f32, .device = p.y.device()});
+  Tensor acc =
+      Tensor::empty({g.n, g.cout, g.oh * g.ow}, {.dtype = DType::f32, .device = p.y.device()});
   gemm_into(OpId::conv2d, "forward(im2col)", w2, P, {}, false, acc);
   bias_relu_nchw(acc, p.b, p.relu, p.y);
 }
@@ -140,7 +152,8 @@ void conv_im2col_bwd_weights(const ConvBwdWeightsProblem& p) {
   const ConvGeometry& g = p.g;
   const int64_t K = reduction(g);
   const Tensor P = im2col(p.x, g);  // [N, K, OHW]
-  const Tensor dy3 = nchw(p.dy) ? as_nc_hw(p.dy) : as_n_hw_c(p.dy).transpose(1, 2);  // [N, Cout, OHW]
+  const Tensor dy3 =
+      nchw(p.dy) ? as_nc_hw(p.dy) : as_n_hw_c(p.dy).transpose(1, 2);  // [N, Cout, OHW]
   Tensor parts = Tensor::empty({g.n, g.cout, K}, {.dtype = DType::f32, .device = p.dy.device()});
   gemm_into(OpId::conv2d, "backward_weights(im2col)", dy3, P.transpose(1, 2), {}, false, parts);
   Tensor dw = p.dw.detach();
@@ -151,14 +164,17 @@ void conv_im2col_bwd_weights(const ConvBwdWeightsProblem& p) {
       db.copy_(ops::sum(amp_cast(dy3, DType::f32), {0, 2}));
     } else {
       const int64_t c = g.cout;
-      sum_rows(Tensor::from_storage(p.dy.storage(), {p.dy.numel() / c, c}, {c, 1}, p.dy.offset(), p.dy.dtype()), db);
+      sum_rows(Tensor::from_storage(p.dy.storage(), {p.dy.numel() / c, c}, {c, 1}, p.dy.offset(),
+                                    p.dy.dtype()),
+               db);
     }
   }
 }
 
 std::string conv_im2col_bwd_data_declines(const ConvBwdDataProblem& p) {
   if (const std::string r = common_declines(p.g, p.dy.dtype(), p.dy); !r.empty()) return r;
-  if (!has_layout(p.dx, ImageLayout::nhwc) && !p.dx.is_contiguous()) return "dx neither channels-last nor contiguous";
+  if (!has_layout(p.dx, ImageLayout::nhwc) && !p.dx.is_contiguous())
+    return "dx neither channels-last nor contiguous";
   return "";
 }
 
@@ -166,8 +182,9 @@ std::string conv_im2col_bwd_data_declines(const ConvBwdDataProblem& p) {
 void conv_im2col_bwd_data(const ConvBwdDataProblem& p) {
   const ConvGeometry& g = p.g;
   const int64_t K = reduction(g), OHW = g.oh * g.ow;
-  const Tensor dy3 = nchw(p.dy) ? as_nc_hw(p.dy) : as_n_hw_c(p.dy).transpose(1, 2);  // [N, Cout, OHW]
-  const Tensor wt = p.w.contiguous().reshape({1, g.cout, K}).transpose(1, 2);         // [1, K, Cout]
+  const Tensor dy3 =
+      nchw(p.dy) ? as_nc_hw(p.dy) : as_n_hw_c(p.dy).transpose(1, 2);           // [N, Cout, OHW]
+  const Tensor wt = p.w.contiguous().reshape({1, g.cout, K}).transpose(1, 2);  // [1, K, Cout]
   Tensor dP = Tensor::empty({g.n, K, OHW}, {.dtype = DType::f32, .device = p.dy.device()});
   gemm_into(OpId::conv2d, "backward_data(im2col)", wt, dy3, {}, false, dP);
   Tensor acc = zeros({g.n, g.cin, g.h, g.w});

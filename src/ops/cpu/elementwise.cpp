@@ -69,8 +69,10 @@ void pointwise(const PointwiseProblem& p) {
     for (int k = 0; k < n; ++k) f64 = f64 || p.in[static_cast<size_t>(k)].dtype() == DType::f64;
     std::array<const Tensor*, n> ins;
     for (int k = 0; k < n; ++k) ins[static_cast<size_t>(k)] = &p.in[static_cast<size_t>(k)];
-    if (f64) run_elementwise<double>(p.out, ins, f);
-    else run_elementwise<float>(p.out, ins, f);
+    if (f64)
+      run_elementwise<double>(p.out, ins, f);
+    else
+      run_elementwise<float>(p.out, ins, f);
   });
 }
 
@@ -85,8 +87,7 @@ bool dense_16bit(const Tensor& t) {
 uint16_t inf_bits(DType d) { return d == DType::bf16 ? 0x7F80 : 0x7C00; }
 
 // Runs body over [0, n) in OpenMP chunks.
-template <class Body>
-void run_bits(int64_t n, Body&& body) {
+template <class Body> void run_bits(int64_t n, Body&& body) {
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t c = 0; c < (n + 4095) / 4096; ++c) body(c * 4096, std::min(n, c * 4096 + 4096));
 }
@@ -153,8 +154,10 @@ std::string relu_bits16_declines(const PointwiseProblem& p) {
 }
 
 void relu_bits16(const PointwiseProblem& p) {
-  if (p.fn == PointwiseFn::relu) relu_forward_bits(p.in[0], p.out);
-  else relu_mask_bits(p.in[0], p.in[1], p.out);
+  if (p.fn == PointwiseFn::relu)
+    relu_forward_bits(p.in[0], p.out);
+  else
+    relu_mask_bits(p.in[0], p.in[1], p.out);
 }
 
 }  // namespace mixprec::ops::cpu

@@ -21,7 +21,7 @@ namespace mixprec::ops::cpu {
 inline constexpr int64_t kChunk = 512;
 
 struct IterLayout {
-  Shape sizes;                      // merged dims of the output
+  Shape sizes;                     // merged dims of the output
   std::array<Strides, 4> strides;  // per operand (0 = output), 0 on broadcast dims
 };
 
@@ -32,8 +32,7 @@ IterLayout make_iter_layout(const Shape& out_shape, const Tensor& out,
                             std::initializer_list<const Tensor*> inputs);
 
 // Loads n elements (stride in elements, 0 = broadcast) of dtype dt at p, widened to C.
-template <class C>
-void load_chunk(const char* p, DType dt, int64_t stride, int64_t n, C* dst) {
+template <class C> void load_chunk(const char* p, DType dt, int64_t stride, int64_t n, C* dst) {
   constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
   if (stride == 1) {
     convert_row(p, dt, dst, cdt, n);
@@ -45,8 +44,10 @@ void load_chunk(const char* p, DType dt, int64_t stride, int64_t n, C* dst) {
     visit_dtype(dt, [&]<class T>() {
       const T* t = reinterpret_cast<const T*>(p);
       for (int64_t i = 0; i < n; ++i) {
-        if constexpr (StorageFloat<T>) dst[i] = static_cast<C>(load(t[i * stride]));
-        else dst[i] = static_cast<C>(t[i * stride]);
+        if constexpr (StorageFloat<T>)
+          dst[i] = static_cast<C>(load(t[i * stride]));
+        else
+          dst[i] = static_cast<C>(t[i * stride]);
       }
     });
   }
@@ -58,7 +59,8 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
   constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
   if (out.dtype() != cdt) return false;
   for (const Tensor* t : ins)
-    if (t->dtype() != cdt || t->shape() != out.shape() || t->strides() != out.strides()) return false;
+    if (t->dtype() != cdt || t->shape() != out.shape() || t->strides() != out.strides())
+      return false;
   const int64_t n = out.numel();
   C* const o = static_cast<C*>(out.data_ptr());
   const C* const a = static_cast<const C*>(ins[0]->data_ptr());
@@ -73,9 +75,12 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
     const C* __restrict cp = c;
 #pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      if constexpr (N == 1) op[i] = f(ap[i]);
-      else if constexpr (N == 2) op[i] = f(ap[i], bp[i]);
-      else op[i] = f(ap[i], bp[i], cp[i]);
+      if constexpr (N == 1)
+        op[i] = f(ap[i]);
+      else if constexpr (N == 2)
+        op[i] = f(ap[i], bp[i]);
+      else
+        op[i] = f(ap[i], bp[i], cp[i]);
     }
   }
   return true;
@@ -100,9 +105,12 @@ void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>&
   if (numel == 0) return;
   if (run_flat<C, N>(out, ins, f)) return;
   IterLayout l;
-  if constexpr (N == 1) l = make_iter_layout(out.shape(), out, {ins[0]});
-  else if constexpr (N == 2) l = make_iter_layout(out.shape(), out, {ins[0], ins[1]});
-  else l = make_iter_layout(out.shape(), out, {ins[0], ins[1], ins[2]});
+  if constexpr (N == 1)
+    l = make_iter_layout(out.shape(), out, {ins[0]});
+  else if constexpr (N == 2)
+    l = make_iter_layout(out.shape(), out, {ins[0], ins[1]});
+  else
+    l = make_iter_layout(out.shape(), out, {ins[0], ins[1], ins[2]});
   const int64_t nd = static_cast<int64_t>(l.sizes.size());
   const int64_t inner = l.sizes[static_cast<size_t>(nd - 1)];
   const int64_t outer = numel / inner;
@@ -136,14 +144,18 @@ void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>&
       }
       for (size_t k = 0; k < N; ++k) {
         const int64_t st = l.strides[k + 1][static_cast<size_t>(nd - 1)];
-        load_chunk<C>(ibase[k] + (off[k + 1] + start * st) * ies[k], ins[k]->dtype(), st, n, buf[k]);
+        load_chunk<C>(ibase[k] + (off[k + 1] + start * st) * ies[k], ins[k]->dtype(), st, n,
+                      buf[k]);
       }
       // omp simd: branch-free selects (relu masks, where) instead of mispredicted jumps.
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) {
-        if constexpr (N == 1) res[i] = f(buf[0][i]);
-        else if constexpr (N == 2) res[i] = f(buf[0][i], buf[1][i]);
-        else res[i] = f(buf[0][i], buf[1][i], buf[2][i]);
+        if constexpr (N == 1)
+          res[i] = f(buf[0][i]);
+        else if constexpr (N == 2)
+          res[i] = f(buf[0][i], buf[1][i]);
+        else
+          res[i] = f(buf[0][i], buf[1][i], buf[2][i]);
       }
       // The output is dense and its dims are ordered by stride: its inner stride is 1.
       convert_row(res, cdt, obase + (off[0] + start) * oes, odt, n);

@@ -18,8 +18,7 @@ constexpr int64_t kRow = 256;
 
 // Sum of n contiguous elements in the compute type with a fixed-width simd reduction; f16 is
 // widened in chunks by the vectorised converters first (its scalar load is slow).
-template <class T>
-compute_t<T> row_sum(const T* p, int64_t n) {
+template <class T> compute_t<T> row_sum(const T* p, int64_t n) {
   using C = compute_t<T>;
   C total = 0;
   if constexpr (!std::is_same_v<T, f16>) {
@@ -40,8 +39,7 @@ compute_t<T> row_sum(const T* p, int64_t n) {
 }
 
 // acc[0, n) += row (widened).
-template <class T>
-void add_row(compute_t<T>* acc, const T* row, int64_t n) {
+template <class T> void add_row(compute_t<T>* acc, const T* row, int64_t n) {
   if constexpr (!std::is_same_v<T, f16>) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) acc[i] += load(row[i]);
@@ -56,8 +54,7 @@ void add_row(compute_t<T>* acc, const T* row, int64_t n) {
   }
 }
 
-template <class T>
-void gap_fwd(const PoolFwdProblem& p) {
+template <class T> void gap_fwd(const PoolFwdProblem& p) {
   using C = compute_t<T>;
   const PoolGeometry& g = p.g;
   const int64_t hw = g.h * g.w;
@@ -82,8 +79,7 @@ void gap_fwd(const PoolFwdProblem& p) {
   }
 }
 
-template <class T>
-void gap_bwd(const PoolBwdProblem& p) {
+template <class T> void gap_bwd(const PoolBwdProblem& p) {
   using C = compute_t<T>;
   const PoolGeometry& g = p.g;
   const int64_t hw = g.h * g.w;

@@ -30,13 +30,16 @@ std::string common_declines(const PoolGeometry& g, DType dt) {
 
 }  // namespace
 
-std::string pool_max_nhwc_fwd_declines(const PoolFwdProblem& p) { return common_declines(p.g, p.x.dtype()); }
+std::string pool_max_nhwc_fwd_declines(const PoolFwdProblem& p) {
+  return common_declines(p.g, p.x.dtype());
+}
 
 void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
   const PoolGeometry& g = p.g;
   const int64_t C = g.c, WC = g.w * C;
   Tensor ws;
-  if (p.workspace) ws = Tensor::empty({g.n, g.oh, g.ow, C}, {.dtype = DType::u8, .device = p.x.device()});
+  if (p.workspace)
+    ws = Tensor::empty({g.n, g.oh, g.ow, C}, {.dtype = DType::u8, .device = p.x.device()});
   uint8_t* wb = ws.defined() ? ws.data<uint8_t>() : nullptr;
   const char* xb = static_cast<const char*>(p.x.data_ptr());
   char* yb = static_cast<char*>(p.y.data_ptr());
@@ -46,7 +49,8 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
   {
     // Per thread: the window's input rows widened to f32 (vectorised converter), and the
     // running max / argmax (argmax as f32, the same vector width, so the select vectorises).
-    std::vector<float> rows(static_cast<size_t>(g.kh * WC)), best(static_cast<size_t>(C)), arg(static_cast<size_t>(C));
+    std::vector<float> rows(static_cast<size_t>(g.kh * WC)), best(static_cast<size_t>(C)),
+        arg(static_cast<size_t>(C));
     std::vector<float> out(static_cast<size_t>(g.ow * C));
     std::vector<char> valid(static_cast<size_t>(g.kh));
 #pragma omp for collapse(2) schedule(static)
@@ -78,7 +82,9 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
 #pragma omp simd
               for (int64_t c = 0; c < C; ++c) {
                 const float v = px[c];
-                const bool take = (v > bp[c]) | ((v != v) & (bp[c] == bp[c]));  // NaN wins (no short circuit: vectorises)
+                const bool take =
+                    (v > bp[c]) |
+                    ((v != v) & (bp[c] == bp[c]));  // NaN wins (no short circuit: vectorises)
                 bp[c] = take ? v : bp[c];
                 ap[c] = take ? idx : ap[c];
               }
@@ -124,11 +130,14 @@ void pool_max_nhwc_bwd(const PoolBwdProblem& p) {
         for (int64_t ow = 0; ow < g.ow; ++ow) {
           const int64_t o = ((n * g.oh + oh) * g.ow + ow) * C;
           // Padding makes the corner negative; the argmax always points inside the image.
-          const int64_t corner = ((oh * g.stride_h - g.pad_t) * g.w + (ow * g.stride_w - g.pad_l)) * C;
+          const int64_t corner =
+              ((oh * g.stride_h - g.pad_t) * g.w + (ow * g.stride_w - g.pad_l)) * C;
           for (int64_t c = 0; c < C; ++c) {
             const int64_t at = corner + rel[wb[o + c]] + c;
-            if (overlap) acc[static_cast<size_t>(at)] += static_cast<float>(load(dyb[o + c]));
-            else dxn[at] = dyb[o + c];
+            if (overlap)
+              acc[static_cast<size_t>(at)] += static_cast<float>(load(dyb[o + c]));
+            else
+              dxn[at] = dyb[o + c];
           }
         }
       if (overlap)

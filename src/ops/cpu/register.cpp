@@ -19,9 +19,8 @@ void register_cpu_kernels() {
   register_kernel<ConvBwdWeightsProblem>({"direct_c1", kCpu,
                                           cpu::conv_direct_c1_bwd_weights_declines,
                                           cpu::conv_direct_c1_bwd_weights});
-  register_kernel<ConvBwdWeightsProblem>({"im2col_gemm", kCpu,
-                                          cpu::conv_im2col_bwd_weights_declines,
-                                          cpu::conv_im2col_bwd_weights});
+  register_kernel<ConvBwdWeightsProblem>(
+      {"im2col_gemm", kCpu, cpu::conv_im2col_bwd_weights_declines, cpu::conv_im2col_bwd_weights});
 
   register_kernel<PoolFwdProblem>(
       {"global_avg", kCpu, cpu::pool_global_avg_fwd_declines, cpu::pool_global_avg_fwd});

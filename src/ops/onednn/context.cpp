@@ -27,10 +27,8 @@ bool has_data_type(DType d) {
     case DType::bf16:
     case DType::f16:
     case DType::i32:
-    case DType::u8:
-      return true;
-    default:
-      return false;
+    case DType::u8: return true;
+    default: return false;
   }
 }
 
@@ -73,7 +71,9 @@ dnnl::memory::desc md(const Shape& shape, const Strides& strides, DType d) {
 
 dnnl::memory::desc md(const Tensor& t) { return md(t.shape(), t.strides(), t.dtype()); }
 
-dnnl::memory mem(const dnnl::memory::desc& d, void* data) { return dnnl::memory(d, engine(), data); }
+dnnl::memory mem(const dnnl::memory::desc& d, void* data) {
+  return dnnl::memory(d, engine(), data);
+}
 
 dnnl::memory mem(const Tensor& t) { return dnnl::memory(md(t), engine(), t.data_ptr()); }
 
@@ -104,7 +104,8 @@ void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memor
 }
 
 std::string describe_error(const dnnl::error& e) {
-  return std::string("oneDNN: ") + e.what() + (e.status == dnnl_unimplemented ? " (unimplemented)" : "");
+  return std::string("oneDNN: ") + e.what() +
+         (e.status == dnnl_unimplemented ? " (unimplemented)" : "");
 }
 
 }  // namespace mixprec::ops::onednn

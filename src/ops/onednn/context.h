@@ -31,9 +31,9 @@ std::string why_not_computes_in(DType d);  // "" if computes_in(d)
 std::string why_not_via_f32(DType d);
 
 dnnl::memory::dims dims_of(const Shape& s);
-dnnl::memory::desc md(const Tensor& t);                       // exact dims + strides
+dnnl::memory::desc md(const Tensor& t);  // exact dims + strides
 dnnl::memory::desc md(const Shape& shape, const Strides& strides, DType d);
-dnnl::memory mem(const Tensor& t);                            // wraps t's data (no copy)
+dnnl::memory mem(const Tensor& t);  // wraps t's data (no copy)
 dnnl::memory mem(const dnnl::memory::desc& d, void* data);
 
 // Cache of primitive descriptors and primitives. The value type is up to the kernel.

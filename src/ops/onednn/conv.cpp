@@ -64,8 +64,7 @@ Geo geo(const ConvGeometry& g) {  // oneDNN counts dilation from 0
       {g.stride_h, g.stride_w}, {g.dil_h - 1, g.dil_w - 1}, {g.pad_t, g.pad_l}, {g.pad_b, g.pad_r}};
 }
 
-template <class PD>
-std::string ref_kernel_reason(const PD& pd) {
+template <class PD> std::string ref_kernel_reason(const PD& pd) {
   const std::string impl = pd.impl_info_str();
   return impl.rfind("ref", 0) == 0 ? "oneDNN would run its reference kernel (" + impl + ")" : "";
 }
@@ -263,7 +262,7 @@ void run_bwd_weights(const BwdWeightsEntry& e, const Tensor& x, const Tensor& dy
 
 std::string dtype_reason(DType d) {
   return why_not_via_f32(d).empty() ? std::string(dtype_name(d)) + " runs through low_via_f32"
-                                     : why_not_computes_in(d);
+                                    : why_not_computes_in(d);
 }
 
 }  // namespace

@@ -30,9 +30,7 @@ std::string norm_key(const char* what, const Shape& shape, const Strides& stride
   return k;
 }
 
-
-template <class Fn>
-std::string try_create(Fn&& fn) {
+template <class Fn> std::string try_create(Fn&& fn) {
   try {
     fn();
   } catch (const dnnl::error& e) {

@@ -58,8 +58,7 @@ std::shared_ptr<Bwd> bwd(const Shape& s, DType dt, int64_t axis, bool log) {
   });
 }
 
-template <class Fn>
-std::string try_create(Fn&& fn) {
+template <class Fn> std::string try_create(Fn&& fn) {
   try {
     fn();
   } catch (const dnnl::error& e) {
@@ -67,7 +66,6 @@ std::string try_create(Fn&& fn) {
   }
   return "";
 }
-
 
 }  // namespace
 

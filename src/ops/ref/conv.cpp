@@ -30,14 +30,12 @@ bool worth_threads(const ConvGeometry& g) {
   return g.n * g.cout * g.oh * g.ow * g.cin_g() * g.kh * g.kw > (1 << 16);
 }
 
-template <class C>
-constexpr DType compute_dtype() {
+template <class C> constexpr DType compute_dtype() {
   return std::is_same_v<C, double> ? DType::f64 : DType::f32;
 }
 
 // A row-major compute-type copy of a 4-D tensor (no copy if it already is one).
-template <class C>
-Tensor dense(const Tensor& t) {
+template <class C> Tensor dense(const Tensor& t) {
   return detail::to_image(t, ImageLayout::nchw, compute_dtype<C>());
 }
 
@@ -50,8 +48,7 @@ void store_plane(const Tensor& out, int64_t n, int64_t c, int64_t rows, int64_t 
     for (int64_t q = 0; q < cols; ++q) base[r * s[2] + q * s[3]] = store<T>(value(r * cols + q));
 }
 
-template <class T>
-void fwd(const ConvFwdProblem& p) {
+template <class T> void fwd(const ConvFwdProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor xt = dense<C>(p.x), wt = dense<C>(p.w);
@@ -93,8 +90,7 @@ void fwd(const ConvFwdProblem& p) {
   }
 }
 
-template <class T>
-void bwd_data(const ConvBwdDataProblem& p) {
+template <class T> void bwd_data(const ConvBwdDataProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor dyt = dense<C>(p.dy), wt = dense<C>(p.w);
@@ -134,8 +130,7 @@ void bwd_data(const ConvBwdDataProblem& p) {
 
 // dw[co, ci, i, j] = sum over n, oy, ox of dy[n, co, oy, ox] * x[n, grp*cin_g + ci, iy, ix];
 // db[co] = sum of dy[n, co]. Row sums use a fixed-width simd reduction (same on every run).
-template <class T>
-void bwd_weights(const ConvBwdWeightsProblem& p) {
+template <class T> void bwd_weights(const ConvBwdWeightsProblem& p) {
   using C = compute_t<T>;
   const ConvGeometry& g = p.g;
   const Tensor xt = p.dw.defined() ? dense<C>(p.x) : Tensor(), dyt = dense<C>(p.dy);

@@ -11,12 +11,13 @@ namespace mixprec::ops::ref {
 namespace {
 
 // Element `offset` of t (any dtype) as C.
-template <class C>
-C load_as(const Tensor& t, int64_t offset) {
+template <class C> C load_as(const Tensor& t, int64_t offset) {
   return visit_dtype(t.dtype(), [&]<class T>() {
     const T v = static_cast<const T*>(t.data_ptr())[offset];
-    if constexpr (StorageFloat<T>) return static_cast<C>(load(v));
-    else return static_cast<C>(v);
+    if constexpr (StorageFloat<T>)
+      return static_cast<C>(load(v));
+    else
+      return static_cast<C>(v);
   });
 }
 
@@ -24,12 +25,12 @@ C load_as(const Tensor& t, int64_t offset) {
 Strides broadcast_strides(const Tensor& t, const Shape& shape) {
   Strides s(shape.size(), 0);
   const size_t lead = shape.size() - t.shape().size();
-  for (size_t i = 0; i < t.shape().size(); ++i) s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
   return s;
 }
 
-template <class C, int N, class F>
-void run(const PointwiseProblem& p, const F& f) {
+template <class C, int N, class F> void run(const PointwiseProblem& p, const F& f) {
   const Shape& shape = p.out.shape();
   const size_t nd = shape.size();
   std::array<Strides, N> st;
@@ -48,10 +49,14 @@ void run(const PointwiseProblem& p, const F& f) {
     C v[N];
     for (size_t k = 0; k < N; ++k) v[k] = load_as<C>(p.in[k], off[k]);
     C r;
-    if constexpr (N == 1) r = f(v[0]);
-    else if constexpr (N == 2) r = f(v[0], v[1]);
-    else r = f(v[0], v[1], v[2]);
-    visit_float(p.out.dtype(), [&]<class T>() { static_cast<T*>(p.out.data_ptr())[out_off] = store<T>(r); });
+    if constexpr (N == 1)
+      r = f(v[0]);
+    else if constexpr (N == 2)
+      r = f(v[0], v[1]);
+    else
+      r = f(v[0], v[1], v[2]);
+    visit_float(p.out.dtype(),
+                [&]<class T>() { static_cast<T*>(p.out.data_ptr())[out_off] = store<T>(r); });
   }
 }
 
@@ -64,8 +69,10 @@ void pointwise(const PointwiseProblem& p) {
                    " operands, got ", p.arity());
     bool f64 = p.out.dtype() == DType::f64;
     for (int k = 0; k < n; ++k) f64 = f64 || p.in[static_cast<size_t>(k)].dtype() == DType::f64;
-    if (f64) run<double, n>(p, f);
-    else run<float, n>(p, f);
+    if (f64)
+      run<double, n>(p, f);
+    else
+      run<float, n>(p, f);
   });
 }
 

@@ -17,7 +17,8 @@ void embedding_fwd(const EmbeddingFwdProblem& p) {
   const int64_t n = p.indices.numel();
 #pragma omp parallel for schedule(static) if (n * dim > 32768)
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(ob + static_cast<size_t>(i) * row_bytes, wb + static_cast<size_t>(idx[i]) * row_bytes, row_bytes);
+    std::memcpy(ob + static_cast<size_t>(i) * row_bytes,
+                wb + static_cast<size_t>(idx[i]) * row_bytes, row_bytes);
 }
 
 void embedding_bwd(const EmbeddingBwdProblem& p) {
@@ -30,13 +31,14 @@ void embedding_bwd(const EmbeddingBwdProblem& p) {
   for (int64_t r : idx) ++start[static_cast<size_t>(r) + 1];
   for (size_t r = 0; r < static_cast<size_t>(num); ++r) start[r + 1] += start[r];
   std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (size_t i = 0; i < idx.size(); ++i) pos[static_cast<size_t>(fill[static_cast<size_t>(idx[i])]++)] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < idx.size(); ++i)
+    pos[static_cast<size_t>(fill[static_cast<size_t>(idx[i])]++)] = static_cast<int64_t>(i);
   const Tensor& g = p.grad;
   visit_float(g.dtype(), [&]<class T>() {
     using A = compute_t<T>;
     const T* gb = static_cast<const T*>(g.data_ptr());
     A* ob = static_cast<A*>(out.data_ptr());
-#pragma omp parallel for schedule(dynamic, 64) if (static_cast<int64_t>(idx.size()) * dim > 32768)
+#pragma omp parallel for schedule(dynamic, 64) if (static_cast <int64_t>(idx.size()) * dim > 32768)
     for (int64_t r = 0; r < num; ++r) {
       A* orow = ob + r * dim;
       for (int64_t k = start[static_cast<size_t>(r)]; k < start[static_cast<size_t>(r) + 1]; ++k) {

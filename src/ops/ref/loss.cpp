@@ -12,16 +12,16 @@ namespace mixprec::ops {
 namespace {
 
 // Calls f.template operator()<C>() with C = float or double, the dtype of t.
-template <class F>
-void visit_compute(const Tensor& t, F&& f) {
+template <class F> void visit_compute(const Tensor& t, F&& f) {
   MIXPREC_ASSERT(t.dtype() == DType::f32 || t.dtype() == DType::f64,
                  "loss kernels take f32/f64, got ", dtype_name(t.dtype()));
-  if (t.dtype() == DType::f64) f.template operator()<double>();
-  else f.template operator()<float>();
+  if (t.dtype() == DType::f64)
+    f.template operator()<double>();
+  else
+    f.template operator()<float>();
 }
 
-template <class C>
-C grad_at(const C* g, int64_t n_g, int64_t i) { return n_g == 1 ? g[0] : g[i]; }
+template <class C> C grad_at(const C* g, int64_t n_g, int64_t i) { return n_g == 1 ? g[0] : g[i]; }
 
 }  // namespace
 
@@ -119,7 +119,8 @@ void nll_bwd(const NllBwdProblem& p) {
     const C* gp = g.data<C>();
     C* d = dlog_probs.data<C>();
     std::fill(d, d + n * c, C(0));
-    for (int64_t i = 0; i < n; ++i) d[i * c + lab[i]] = -grad_at(gp, g.numel(), i) * static_cast<C>(factor);
+    for (int64_t i = 0; i < n; ++i)
+      d[i * c + lab[i]] = -grad_at(gp, g.numel(), i) * static_cast<C>(factor);
   });
 }
 
@@ -143,7 +144,8 @@ void mse_bwd(const MseBwdProblem& p) {
     C* d = dpred.data<C>();
     const int64_t ng = g.numel();
 #pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) d[i] = 2 * (p[i] - t[i]) * grad_at(gp, ng, i) * static_cast<C>(factor);
+    for (int64_t i = 0; i < n; ++i)
+      d[i] = 2 * (p[i] - t[i]) * grad_at(gp, ng, i) * static_cast<C>(factor);
   });
 }
 

@@ -27,8 +27,7 @@ int64_t batch_offset(const Tensor& t, const Shape& out_shape, int64_t bi) {
   return off;
 }
 
-template <class T>
-void matmul_typed(const MatmulProblem& p) {
+template <class T> void matmul_typed(const MatmulProblem& p) {
   using C = compute_t<T>;
   constexpr DType cdt = std::is_same_v<C, double> ? DType::f64 : DType::f32;
   const Shape& os = p.out.shape();
@@ -57,7 +56,8 @@ void matmul_typed(const MatmulProblem& p) {
       std::vector<C> arow(static_cast<size_t>(K)), orow(static_cast<size_t>(N));
 #pragma omp for schedule(static)
       for (int64_t m = 0; m < M; ++m) {
-        for (int64_t k = 0; k < K; ++k) arow[static_cast<size_t>(k)] = static_cast<C>(load(a[m * sam + k * sak]));
+        for (int64_t k = 0; k < K; ++k)
+          arow[static_cast<size_t>(k)] = static_cast<C>(load(a[m * sam + k * sak]));
         for (int64_t n = 0; n < N; ++n) {
           const C* col = panel.data() + n * K;
           C acc = 0;
@@ -66,7 +66,8 @@ void matmul_typed(const MatmulProblem& p) {
           if (p.relu && acc <= 0) acc = 0;  // NaN propagates, as ops::relu
           orow[static_cast<size_t>(n)] = acc;
         }
-        convert_row(orow.data(), cdt, obase + static_cast<size_t>((bi * M + m) * N) * osize, odt, N);
+        convert_row(orow.data(), cdt, obase + static_cast<size_t>((bi * M + m) * N) * osize, odt,
+                    N);
       }
     }
   }

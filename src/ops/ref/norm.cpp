@@ -27,8 +27,9 @@ std::vector<int64_t> channel_offsets(const Tensor& t) {
   return off;
 }
 
-template <class C>
-const C* cptr(const Tensor& t) { return t.defined() ? static_cast<const C*>(t.data_ptr()) : nullptr; }
+template <class C> const C* cptr(const Tensor& t) {
+  return t.defined() ? static_cast<const C*>(t.data_ptr()) : nullptr;
+}
 
 }  // namespace
 
@@ -124,7 +125,8 @@ void layer_norm_fwd(const LayerNormFwdProblem& p) {
       var[r] = sq / static_cast<C>(m);
       const C rstd = C(1) / std::sqrt(var[r] + static_cast<C>(p.eps));
       T* yr = yb + r * m;
-      for (int64_t j = 0; j < m; ++j) yr[j] = store<T>((load(xr[j]) - mu) * rstd * gamma[j] + beta[j]);
+      for (int64_t j = 0; j < m; ++j)
+        yr[j] = store<T>((load(xr[j]) - mu) * rstd * gamma[j] + beta[j]);
     }
   });
 }

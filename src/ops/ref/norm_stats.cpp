@@ -32,8 +32,7 @@ typedef uint16_t v4h __attribute__((vector_size(8)));
 typedef uint32_t v4u __attribute__((vector_size(16)));
 #define MIXPREC_INLINE [[gnu::always_inline]] inline
 
-template <class T>
-MIXPREC_INLINE void load4(const T* p, v4d& out) {
+template <class T> MIXPREC_INLINE void load4(const T* p, v4d& out) {
   if constexpr (std::is_same_v<T, float>) {
     v4f v;
     std::memcpy(&v, p, sizeof v);
@@ -99,9 +98,8 @@ MIXPREC_INLINE void add_columns(const T* x, int64_t rows, int64_t channels, int6
 }
 
 // Channels-last: `rows` rows of C values; channel c's sums added to a1[c], a2[c].
-template <class T>
-MIXPREC_INLINE void add_rows(const T* x, int64_t rows, int64_t channels, const double* shift,
-                             double* a1, double* a2) {
+template <class T> MIXPREC_INLINE void add_rows(const T* x, int64_t rows, int64_t channels,
+                                                const double* shift, double* a1, double* a2) {
   int64_t c = 0;
   for (; c + 16 <= channels; c += 16) add_columns<4>(x, rows, channels, c, shift, a1, a2);
   for (; c + 4 <= channels; c += 4) add_columns<1>(x, rows, channels, c, shift, a1, a2);
@@ -114,9 +112,9 @@ MIXPREC_INLINE void add_rows(const T* x, int64_t rows, int64_t channels, const d
 }
 
 // Unit u of shifted_sums: outer rows x one inner block, into its own a1[C], a2[C].
-template <class T>
-MIXPREC_INLINE void unit_sums(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows, int64_t ib,
-                              const double* shift, double* a1, double* a2) {
+template <class T> MIXPREC_INLINE void unit_sums(const T* x, const ChannelBlocks& s, int64_t u,
+                                                 int64_t rows, int64_t ib, const double* shift,
+                                                 double* a1, double* a2) {
   const int64_t nib = (s.inner + ib - 1) / ib;
   const int64_t o0 = (u / nib) * rows, o1 = std::min(s.outer, o0 + rows);
   const int64_t i0 = (u % nib) * ib, i1 = std::min(s.inner, i0 + ib);
@@ -131,9 +129,8 @@ __attribute__((target("avx2"))) void unit_sums_avx2(const T* x, const ChannelBlo
                                                     double* a1, double* a2) {
   unit_sums(x, s, u, rows, ib, shift, a1, a2);
 }
-template <class T>
-void unit_sums_base(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows, int64_t ib,
-                    const double* shift, double* a1, double* a2) {
+template <class T> void unit_sums_base(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows,
+                                       int64_t ib, const double* shift, double* a1, double* a2) {
   unit_sums(x, s, u, rows, ib, shift, a1, a2);
 }
 
@@ -143,7 +140,8 @@ void unit_sums_base(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows,
 template <class T>
 void shifted_sums(const T* x, const ChannelBlocks& s, const double* shift, double* s1, double* s2) {
   const int64_t ib = std::min<int64_t>(s.inner, 4096), nib = (s.inner + ib - 1) / ib;
-  const int64_t rows = std::max<int64_t>(1, 32768 / (s.channels * ib)), nrb = (s.outer + rows - 1) / rows;
+  const int64_t rows = std::max<int64_t>(1, 32768 / (s.channels * ib)),
+                nrb = (s.outer + rows - 1) / rows;
   std::vector<double> part(static_cast<size_t>(2 * nrb * nib * s.channels), 0.0);
   const auto unit = cpu_features().avx2 ? unit_sums_avx2<T> : unit_sums_base<T>;
 #pragma omp parallel for schedule(static) if (s.outer * s.channels * s.inner > 32768)

@@ -75,8 +75,7 @@ Cell argmax(const T* plane, const Strides& s, const Windows& win, int64_t oy, in
 }
 
 // Small problems (gradient checks, tests) run on the calling thread.
-template <class T>
-void fwd(const PoolFwdProblem& p) {
+template <class T> void fwd(const PoolFwdProblem& p) {
   using C = compute_t<T>;
   const PoolGeometry& g = p.g;
   const Windows win(g);
@@ -108,8 +107,7 @@ void fwd(const PoolFwdProblem& p) {
   }
 }
 
-template <class T>
-void bwd(const PoolBwdProblem& p) {
+template <class T> void bwd(const PoolBwdProblem& p) {
   using C = compute_t<T>;
   const PoolGeometry& g = p.g;
   MIXPREC_ASSERT(g.kind != PoolKind::max || p.x.defined(), "max_pool2d backward needs x");

@@ -67,9 +67,9 @@ void reduce_sum(const ReduceSumProblem& pr) {
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t o = 0; o < n_out; ++o)
         for (int64_t b = 0; b < blocks; ++b)
-          partial[static_cast<size_t>(o * blocks + b)] = reduce_range<T, A>(
-              xb + offset_of(o, p.kept_sizes, p.kept_strides), p, b * kBlock,
-              std::min(p.red_count, (b + 1) * kBlock), A(0), add);
+          partial[static_cast<size_t>(o * blocks + b)] =
+              reduce_range<T, A>(xb + offset_of(o, p.kept_sizes, p.kept_strides), p, b * kBlock,
+                                 std::min(p.red_count, (b + 1) * kBlock), A(0), add);
       for (int64_t o = 0; o < n_out; ++o) {
         A acc = 0;
         for (int64_t b = 0; b < blocks; ++b) acc += partial[static_cast<size_t>(o * blocks + b)];
@@ -92,7 +92,10 @@ void reduce_max(const ReduceMaxProblem& pr) {
   const int64_t n_out = pr.index.numel();
   visit_float(x.dtype(), [&]<class T>() {
     using A = compute_t<T>;
-    struct Best { A v; int64_t i; };
+    struct Best {
+      A v;
+      int64_t i;
+    };
     const T* xb = static_cast<const T*>(x.data_ptr());
     int64_t* ib = static_cast<int64_t*>(pr.index.data_ptr());
     T* vb = pr.values.defined() ? static_cast<T*>(pr.values.data_ptr()) : nullptr;

@@ -18,9 +18,12 @@ struct AxisSplit {
 AxisSplit split(const Shape& s, int64_t axis) {
   AxisSplit a;
   for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis) a.outer *= s[static_cast<size_t>(d)];
-    else if (d == axis) a.n = s[static_cast<size_t>(d)];
-    else a.inner *= s[static_cast<size_t>(d)];
+    if (d < axis)
+      a.outer *= s[static_cast<size_t>(d)];
+    else if (d == axis)
+      a.n = s[static_cast<size_t>(d)];
+    else
+      a.inner *= s[static_cast<size_t>(d)];
   }
   return a;
 }
@@ -46,7 +49,8 @@ void softmax_fwd(const SoftmaxFwdProblem& p) {
         for (int64_t k = 0; k < a.n; ++k)
           if (const C v = load(x[k * a.inner]); v > mx) mx = v, kmax = k;
         if (!std::isfinite(mx)) {  // all -inf, or a +inf: no distribution
-          for (int64_t k = 0; k < a.n; ++k) y[k * a.inner] = store<T>(std::numeric_limits<C>::quiet_NaN());
+          for (int64_t k = 0; k < a.n; ++k)
+            y[k * a.inner] = store<T>(std::numeric_limits<C>::quiet_NaN());
           continue;
         }
         // sum = 1 + rest (the max's own term is exactly 1); log1p(rest) keeps log-probs near 0
@@ -57,7 +61,8 @@ void softmax_fwd(const SoftmaxFwdProblem& p) {
         const C sum = 1 + rest;
         if (p.log) {
           const C lsum = std::log1p(rest);
-          for (int64_t k = 0; k < a.n; ++k) y[k * a.inner] = store<T>((load(x[k * a.inner]) - mx) - lsum);
+          for (int64_t k = 0; k < a.n; ++k)
+            y[k * a.inner] = store<T>((load(x[k * a.inner]) - mx) - lsum);
         } else {
           const C inv = C(1) / sum;
           for (int64_t k = 0; k < a.n; ++k)
@@ -100,8 +105,7 @@ void softmax_bwd(const SoftmaxBwdProblem& p) {
 
 namespace {
 // True when any element of t (contiguous) is NaN.
-template <class T>
-bool any_nan(const T* p, int64_t n) {
+template <class T> bool any_nan(const T* p, int64_t n) {
   int any = 0;
 #pragma omp parallel for simd reduction(| : any) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
