@@ -3,7 +3,8 @@
 // writes a JSON report and an fp32 checkpoint on request; --trace writes a per-step CSV.
 // Every output path is checked before the first step (directories are created after every check);
 // at the end each write is attempted whatever happened to the others; SIGINT/SIGTERM stop after
-// the current step and save (train_signals.h). Options and resume checks: train_settings.h.
+// the current step and save (train_signals.h). Options and resume checks: train_settings.h. Under
+// mpirun it trains data parallel, each rank on its shard, rank 0 alone writing (train_parallel.h).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -26,6 +27,7 @@
 #include "mixprec/version.h"
 #include "output_file.h"
 #include "train_common.h"
+#include "train_parallel.h"
 #include "train_settings.h"
 #include "train_signals.h"
 #include "train_trace.h"
@@ -37,7 +39,7 @@ namespace {
 // report; the steps and skips of this process (a resumed run counts only its own).
 class History : public train::Callback {
  public:
-  explicit History(const dataset::Dataset* test) : test_(test) {}
+  History(const dataset::Dataset* test, const ParallelRun& par) : test_(test), par_(par) {}
   void on_step_end(train::RunContext& c) override {
     if (c.step.loss_finite) {
       sum_ += c.step.loss;
@@ -56,7 +58,8 @@ class History : public train::Callback {
     const double loss = n_ ? sum_ / static_cast<double>(n_) : NAN;
     epoch_losses.push_back(loss);
     nlohmann::json e{{"epoch", c.epoch + 1}, {"train_loss", loss}};
-    if (test_ && c.model && !StopSignals::received()) {  // interrupted: save first, evaluate never
+    // Interrupted: save first, evaluate never (decided by all ranks together: eval is collective).
+    if (test_ && c.model && !agreed(StopSignals::received() != 0, par_)) {
       const auto m = c.model->eval(*test_);
       e["test_accuracy"] = m.at("Accuracy");
       e["test_loss"] = m.at("Loss");
@@ -74,6 +77,7 @@ class History : public train::Callback {
 
  private:
   const dataset::Dataset* test_;
+  ParallelRun par_;
   double sum_ = 0;
   int64_t n_ = 0;
 };
@@ -90,8 +94,10 @@ struct Data {
   dataset::Dataset train, test;
 };
 
-Data load_data(const TrainArgs& a) {
-  dataset::MnistOptions train_opts{.usage = "train"};
+// Data parallel: each rank trains on its shard of every epoch; the test set is not sharded
+// (Model::eval splits its batches over the ranks).
+Data load_data(const TrainArgs& a, const ParallelRun& par) {
+  dataset::MnistOptions train_opts{.usage = "train", .num_shards = par.ranks, .shard_id = par.rank};
   if (a.train_samples > 0) train_opts.num_samples = a.train_samples;
   const dataset::MnistDataset train_raw(a.data, train_opts);
   const dataset::MnistDataset test_raw(a.data, {.usage = "test"});
@@ -99,9 +105,11 @@ Data load_data(const TrainArgs& a) {
   check_image_shape(test_raw, a.model);
   Data d{standard_pipeline(train_raw).shuffle(a.seed).batch(a.batch_size, true),
          standard_pipeline(test_raw).batch(256)};
-  MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", d.train.num_samples(),
+  MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", train_raw.num_samples(),
                 " samples", a.train_samples > 0 ? " (--train-samples " + std::to_string(a.train_samples) + ")" : "",
-                ", fewer than one batch of ", a.batch_size, " (the last partial batch is dropped)",
+                par.on ? ", " + std::to_string(d.train.num_samples()) + " per rank over " + std::to_string(par.ranks) +
+                             " ranks," : std::string(),
+                " fewer than one batch of ", a.batch_size, " (the last partial batch is dropped)",
                 Hint{"use a smaller --batch-size, or more --train-samples"});
   return d;
 }
@@ -127,6 +135,7 @@ struct RunResult {
   const train::OverflowGuard& guard;
   amp::TrainOneStepCell& step;
   const std::vector<amp::PrecisionRow>& precision_rows;
+  ParallelRun par{};
   std::map<std::string, double> metrics{};
   std::string optimizer{};
   int threads = 0;
@@ -145,6 +154,20 @@ nlohmann::json overflow_json(const train::OverflowGuard& guard) {
                       {"nonfinite_count", r.event.nonfinite_count}, {"loss_finite", r.loss_finite},
                       {"loss_scale", r.loss_scale}});
   return events;
+}
+
+// Data parallel: how the gradients travelled and what waiting for them cost (rank 0's view).
+nlohmann::json parallel_json(const TrainArgs& a, const nn::DistributedGradReducer& red, const RunResult& r) {
+  const nn::GradReducerStats& st = red.stats();
+  const double reductions = static_cast<double>(std::max<int64_t>(st.reductions, 1));
+  const double started = static_cast<double>(st.buckets_started_early) / (reductions * st.buckets);
+  return {{"ranks", r.par.ranks}, {"grad_allreduce_dtype", a.grad_allreduce_dtype}, {"overlap", a.grad_overlap},
+          {"buckets", st.buckets}, {"bytes_per_step", st.bytes_per_reduction}, {"reductions", st.reductions},
+          {"pack_seconds", st.pack_seconds}, {"wait_seconds", st.wait_seconds}, {"sync_seconds", st.sync_seconds},
+          {"wait_share_of_training", (st.wait_seconds + st.sync_seconds) / std::max(r.train_seconds, 1e-9)},
+          {"buckets_started_during_backward", started},
+          {"buckets_done_before_backward_ended", static_cast<double>(st.buckets_done_early) / (reductions * st.buckets)},
+          {"bucket_mb", a.grad_bucket_mb}, {"check_ranks", a.check_ranks}};
 }
 
 void write_report(const TrainArgs& a, const RunResult& r) {
@@ -172,6 +195,9 @@ void write_report(const TrainArgs& a, const RunResult& r) {
   j["wall_seconds"] = r.wall;
   j["train_seconds"] = r.train_seconds;
   j["batch_size"] = a.batch_size;
+  j["global_batch_size"] = a.batch_size * r.par.ranks;
+  j["ranks"] = r.par.ranks;
+  if (const nn::DistributedGradReducer* red = r.step.grad_reducer()) j["data_parallel"] = parallel_json(a, *red, r);
   j["optimizer"] = r.optimizer;
   j["learning_rate"] = a.opt.lr;
   j["seed"] = a.seed;
@@ -204,6 +230,13 @@ void write_report(const TrainArgs& a, const RunResult& r) {
 
 void print_summary(const RunResult& r) {
   const History& h = r.history;
+  if (const nn::DistributedGradReducer* red = r.step.grad_reducer()) {
+    const nn::GradReducerStats& st = red->stats();
+    std::printf("data parallel: waited %.2f s for gradient all-reduces and %.2f s for the ranks' agreement "
+                "(%.1f%% of training); %lld of %lld buckets were complete when backward ended\n",
+                st.wait_seconds, st.sync_seconds, 100.0 * (st.wait_seconds + st.sync_seconds) / std::max(r.train_seconds, 1e-9),
+                static_cast<long long>(st.buckets_done_early), static_cast<long long>(st.reductions * st.buckets));
+  }
   if (r.resumed_at < 0)
     std::printf("%lld steps (%lld skipped) in %.1f s, %.0f samples/s, peak memory %.1f MB\n",
                 static_cast<long long>(h.steps_this_run), static_cast<long long>(h.skipped_this_run), r.train_seconds,
@@ -217,7 +250,7 @@ void print_summary(const RunResult& r) {
 }
 
 // After a stop that the user did not ask for with --max-steps: what was saved and how to go on.
-void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool checkpoint_saved) {
+void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool checkpoint_saved, const ParallelRun& par) {
   if (a.checkpoint.empty()) {
     std::printf("no checkpoint was saved (no --checkpoint): this run cannot be resumed\n");
   } else if (!checkpoint_saved) {
@@ -225,21 +258,29 @@ void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool c
                 static_cast<long long>(model.global_step()));
   } else {
     std::printf("saved %s at step %lld; continue with:\n  %s\n", a.checkpoint.c_str(),
-                static_cast<long long>(model.global_step()), resume_command(command_line(), a.checkpoint).c_str());
+                static_cast<long long>(model.global_step()),
+                (launcher_prefix(par) + resume_command(command_line(), a.checkpoint)).c_str());
   }
   std::fflush(stdout);
 }
 
 void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell& step, const std::string& optimizer,
-                  int threads) {
+                  int threads, const ParallelRun& par) {
   const AmpLevel level = parse_amp_level(a.amp_level);
   std::printf("mixprec %s: training %s on %s (%lld samples, %lld steps/epoch, batch %lld)\n", MIXPREC_VERSION,
-              a.model.c_str(), a.data.c_str(), static_cast<long long>(d.train.num_samples()),
+              a.model.c_str(), a.data.c_str(), static_cast<long long>(d.train.num_samples() * par.ranks),
               static_cast<long long>(d.train.num_batches()), static_cast<long long>(a.batch_size));
   std::printf("amp_level %s, dtype %s, loss scale %s, optimizer %s lr %g, %d threads, cpu: %s\n",
               std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
               step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
               optimizer.c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
+  if (const nn::DistributedGradReducer* red = step.grad_reducer())
+    std::printf("data parallel: %d ranks x batch %lld = global batch %lld, %lld samples per rank per epoch; gradients "
+                "averaged in %s, %d bucket%s (%.1f MB per step), %s; %d thread%s per rank\n", par.ranks,
+                static_cast<long long>(a.batch_size), static_cast<long long>(a.batch_size * par.ranks),
+                static_cast<long long>(d.train.num_samples()), a.grad_allreduce_dtype.c_str(), red->stats().buckets,
+                red->stats().buckets == 1 ? "" : "s", static_cast<double>(red->stats().bytes_per_reduction) / 1e6,
+                a.grad_overlap ? "started during backward" : "after backward", threads, threads == 1 ? "" : "s");
   if (level == AmpLevel::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
   if (parse_low_dtype(a.dtype) == DType::f16 && level != AmpLevel::O0)
     std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
@@ -301,7 +342,9 @@ int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Meta
     r.interrupted = "stopped: " + trace->error();
   }
   note_stop_signal(r, model, announced);
-  r.metrics = final_metrics(a, model, r.history, test, !r.interrupted.empty() || !r.guard.stop_reason().empty());
+  // Evaluation is collective: the ranks decide together whether the run stopped early.
+  r.metrics = final_metrics(a, model, r.history, test,
+                            agreed(!r.interrupted.empty() || !r.guard.stop_reason().empty(), r.par));
   note_stop_signal(r, model, announced);
   const bool checkpoint_saved = !a.checkpoint.empty() && attempt(errors, [&] {
     with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, settings); });
@@ -310,12 +353,13 @@ int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Meta
   note_stop_signal(r, model, announced);
   if (!r.guard.stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", r.guard.stop_reason().c_str());
   r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.samples_per_second = static_cast<double>(r.history.steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
+  r.samples_per_second =
+      static_cast<double>(r.history.steps_this_run * a.batch_size * r.par.ranks) / std::max(r.train_seconds, 1e-9);
   print_summary(r);
   if (!a.report.empty()) attempt(errors, [&] { write_report(a, r); });
   note_stop_signal(r, model, announced);
   const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
-  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved);
+  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved, r.par);
   std::fflush(stdout);
   for (const std::string& e : errors) std::fprintf(stderr, "mixprec: error: %s\n", e.c_str());
   const int sig = note_stop_signal(r, model, announced);  // last look, just before the exit status
@@ -334,11 +378,15 @@ std::vector<OutputPath> output_paths(const TrainArgs& a) {
   return {{a.report, "--report", true}, {a.checkpoint, "--checkpoint", false}, {a.trace, "--trace", true}};
 }
 
-int run_train(const TrainArgs& a) {
+int run_train(const TrainArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
-  as_usage_error([&] { validate(a); });
-  for (const OutputPath& o : output_paths(a)) check_writable(o.path, o.flag, o.stream_ok);
-  const int threads = set_threads(a.threads);
+  as_usage_error([&] { validate(args); });
+  const ParallelRun par = start_parallel(args);
+  TrainArgs a = args;
+  if (par.rank != 0) a.report = a.trace = "";  // rank 0 writes the outputs (the checkpoint too: the library sees to it)
+  if (par.rank == 0)
+    for (const OutputPath& o : output_paths(a)) check_writable(o.path, o.flag, o.stream_ok);
+  const int threads = set_threads(parallel_threads(a, par));
   const io::Metadata settings = trajectory_settings(a, threads);
   if (!a.resume.empty()) check_same_settings(io::read_safetensors_metadata(a.resume), settings, a.resume);
   manual_seed(a.seed);
@@ -346,7 +394,7 @@ int run_train(const TrainArgs& a) {
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
   const auto manager = parse_loss_scale(a.loss_scale);
   std::shared_ptr<nn::Cell> net = nn::make_model(a.model);
-  const Data data = load_data(a);
+  const Data data = load_data(a, par);
 
   OptimizerSpec spec = a.opt;
   // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
@@ -360,7 +408,7 @@ int run_train(const TrainArgs& a) {
   if (manager) mo.loss_scale_manager = *manager;
   train::Model model(*net, loss_fn, *optimizer, mo);
   amp::TrainOneStepCell& step = model.train_network();
-  print_header(a, data, step, optimizer->name(), threads);
+  print_header(a, data, step, optimizer->name(), threads, par);
   std::vector<amp::PrecisionRow> precision_rows;
   if (a.show_precision || !a.report.empty()) {
     const dataset::Batch sample = data.train.get_batch(0, 0);
@@ -370,12 +418,14 @@ int run_train(const TrainArgs& a) {
 
   train::TrainOptions topts{.max_steps = a.max_steps};
   const int64_t resumed_at = a.resume.empty() ? -1 : resume(a, model, topts);
-  auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &data.test);
-  auto guard = std::make_shared<train::OverflowGuard>(
-      train::GuardOptions{.action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate});
+  auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &data.test, par);
+  auto guard = std::make_shared<train::OverflowGuard>(train::GuardOptions{
+      .action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate, .print = par.rank == 0});
   std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history, guard};
+  if (par.on && a.check_ranks > 0) callbacks.emplace_back(train::RankConsistencyCheck(a.check_ranks));
   // Every check has passed: only now are missing output directories created.
-  for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
+  if (par.rank == 0)
+    for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
   std::shared_ptr<TraceWriter> trace;
   if (!a.trace.empty()) callbacks.emplace_back(trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
   if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, settings));
@@ -384,7 +434,7 @@ int run_train(const TrainArgs& a) {
   reset_peak_memory();
   const auto train_start = std::chrono::steady_clock::now();
   model.train(a.epochs, data.train, callbacks, topts);
-  RunResult r{*history, *guard, step, precision_rows};
+  RunResult r{*history, *guard, step, precision_rows, par};
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   r.peak = memory_stats().peak_bytes;
   r.optimizer = optimizer->name();
@@ -457,6 +507,18 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--print-every", a->print_every, "Progress line every N steps, N >= 1 (when not a terminal)")
       ->capture_default_str();
+  cmd->add_option("--check-ranks", a->check_ranks,
+                  "Data parallel (mpirun): every N steps compare a hash of every parameter, the loss scale and the step "
+                  "counters across the ranks; stop naming the first difference (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--grad-allreduce-dtype", a->grad_allreduce_dtype,
+                  "Data parallel: f32 | bf16 (half the bytes; summed with f32 arithmetic)")
+      ->capture_default_str();
+  cmd->add_option("--grad-bucket-mb", a->grad_bucket_mb,
+                  "Data parallel: gradients travel in buckets of about this many MB (the first, of the last layers, 1 MB)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-grad-overlap", a->grad_overlap,
+                "Data parallel: all-reduce the gradients after backward instead of during it (to measure the overlap)");
   return {cmd, [a] { return run_train(*a); }};
 }
 
