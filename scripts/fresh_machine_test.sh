@@ -117,6 +117,23 @@ deb $MIRROR bookworm-updates main
 deb http://deb.debian.org/debian-security bookworm-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+# The machine's network, not its packages: a fresh machine of this workplace reaches Debian and
+# PyPI through the same egress as this one, which may re-sign TLS with a local certificate
+# authority. Give the root the host's local CAs (the ca-certificates package, when setup.sh
+# installs it, adds them to /etc/ssl/certs like on the host), its pip.conf and, below, its
+# proxy and CA-bundle environment variables. No package and no file of the project's is copied.
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -a /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+fi
+[ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
+net_env=()
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CERT_FILE SSL_CERT_DIR \
+  REQUESTS_CA_BUNDLE CURL_CA_BUNDLE PIP_CERT PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST \
+  PIP_DEFAULT_TIMEOUT; do
+  [ -n "${!v:-}" ] && net_env+=("$v=${!v}")
+done
 for m in proc sys dev dev/pts; do
   mkdir -p "$root/$m"
   case $m in
@@ -135,7 +152,7 @@ run_in_root() {  # name, command line
   local name=$1 cmd=$2 t0=$SECONDS rc=0
   log "[$name] $cmd"
   env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-    TERM=dumb chroot "$root" /bin/bash -c "cd /root/mixprec && $cmd" || rc=$?
+    TERM=dumb "${net_env[@]}" chroot "$root" /bin/bash -c "cd /root/mixprec && $cmd" || rc=$?
   log "[$name] exit status $rc after $((SECONDS - t0)) s"
   [ "$rc" -eq 0 ] || die "the README's $name command failed in a fresh Debian 12 root (exit $rc)"
 }

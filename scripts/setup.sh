@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One-step set-up on Debian 12, as root: installs the Debian packages mixprec needs (only those
-# missing, so it is idempotent and fast the second time), then configures and builds ./build.
+# missing, so it is idempotent and fast the second time), makes build/python-venv (Debian's
+# python3 with its packages, plus the reference `safetensors` from PyPI that the Python tests
+# compare checkpoints against; never a dependency of the module), then configures and builds ./build.
 # Usage: bash scripts/setup.sh            (env BUILD_DIR, BUILD_TYPE, JOBS override defaults;
 #        SETUP_ONLY_PACKAGES=1 installs the packages and stops; extra arguments go to cmake)
 set -euo pipefail
@@ -18,6 +20,9 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin            # data parallel: mpirun -np N mixprec train
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
   chromium                              # tests: the HTML run report rendered in a real browser
+  python3-dev pybind11-dev              # the mixprec Python module (python/)
+  python3-numpy python3-pytest python3-venv  # its tests, and the venv that adds safetensors to them
+  ca-certificates                       # pip's TLS to PyPI (that venv)
 )
 
 missing=()
@@ -37,5 +42,22 @@ if [ "${SETUP_ONLY_PACKAGES:-0}" = 1 ]; then exit 0; fi
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}
 JOBS=${JOBS:-2}
+
+# The Python tests' interpreter (tests/python/CMakeLists.txt): /usr/bin/python3 in a venv that
+# sees Debian's numpy and pytest, with safetensors pinned from PyPI (Debian 12 does not package it,
+# and its python refuses a system-wide pip install).
+venv="$BUILD_DIR/python-venv"
+if ! "$venv/bin/python3" -c "import safetensors, numpy, pytest" 2> /dev/null; then
+  echo "setup: making $venv with safetensors"
+  /usr/bin/python3 -m venv --clear --system-site-packages "$venv"
+  # Only the Python tests need it: without PyPI the build and the main job still go on, and the
+  # test that compares against safetensors fails (never skips) until this step succeeds.
+  if ! "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-cache-dir \
+    "safetensors==0.4.5"; then
+    echo "setup: WARNING: could not install safetensors==0.4.5 from PyPI into $venv;" \
+      "the build and the main job do not need it, but the Python tests will fail until" \
+      "'bash scripts/setup.sh' is re-run with PyPI reachable" >&2
+  fi
+fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "$@"
 cmake --build "$BUILD_DIR" -j "$JOBS"
