@@ -1,8 +1,8 @@
-// The MPI transport (built with MIXPREC_WITH_MPI): group membership on MPI_COMM_WORLD, the
-// blocking collectives, non-blocking bucket sums (MPI_Iallreduce; bf16 through a commutative
-// user-defined operation that adds in f32), and the per-machine thread share. Only the thread
-// that called init() makes MPI calls (MPI_THREAD_FUNNELED); OpenMP and prefetch threads never do.
-#ifdef MIXPREC_WITH_MPI
+// The MPI transport (compiled instead of single.cpp when MIXPREC_WITH_MPI): group membership on
+// MPI_COMM_WORLD, the blocking collectives, non-blocking bucket sums (MPI_Iallreduce; bf16
+// through a commutative user-defined operation that adds in f32), and the per-machine thread
+// share. Only the thread that called init() makes MPI calls (MPI_THREAD_FUNNELED); OpenMP and
+// prefetch threads never do.
 #include <mpi.h>
 #include <sched.h>
 
@@ -245,4 +245,3 @@ PendingReduce start_all_reduce_sum(const Tensor& buffer) {
 
 }  // namespace comm
 }  // namespace mixprec
-#endif  // MIXPREC_WITH_MPI

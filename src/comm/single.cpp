@@ -1,7 +1,6 @@
 // A build without MPI: the process is a group of one. Collectives leave their data as it is
 // (a sum or max over one rank); init() refuses to run as one of several processes a launcher
 // started, which would otherwise train N independent copies that overwrite each other's files.
-#ifndef MIXPREC_WITH_MPI
 #include <cstdlib>
 
 #include "mixprec/comm/collectives.h"
@@ -56,4 +55,3 @@ PendingReduce start_all_reduce_sum(const Tensor&) { return {}; }
 
 }  // namespace comm
 }  // namespace mixprec
-#endif  // !MIXPREC_WITH_MPI
