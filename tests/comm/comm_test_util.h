@@ -47,7 +47,7 @@ struct RunSpec {
   std::string model = "lenet";
   std::string level = "O0";
   DType dtype = DType::bf16;
-  std::optional<Ref<amp::LossScaleManager>> manager{};  // unset: the level's default
+  std::shared_ptr<amp::LossScaleManager> manager{};  // null: the level's default
   int64_t global_batch = 64;
   int64_t steps = 50;
   int64_t samples = 64 * 50;
@@ -81,10 +81,14 @@ inline RunResult run_training(const RunSpec& spec) {
   r.opt = std::make_shared<optim::Momentum>(r.net->trainable_params(), spec.lr, 0.9);
   r.loss = std::make_shared<nn::SoftmaxCrossEntropyWithLogits>(
       nn::SoftmaxCrossEntropyOptions{.sparse = true, .reduction = nn::Reduction::mean});
-  amp::BuildOptions b{.cast_model_type = spec.dtype, .step = spec.step};
-  if (spec.ranks_like > 0) b.step.accumulation_steps = spec.ranks_like;
-  if (spec.manager) b.loss_scale_manager = *spec.manager;
-  r.cell = amp::build_train_network(*r.net, *r.opt, *r.loss, spec.level, b);
+  amp::TrainStepOptions step_options = spec.step;
+  if (spec.ranks_like > 0) step_options.accumulation_steps = spec.ranks_like;
+  // Two calls, not an optional assigned afterwards (g++ 12 warns maybe-uninitialized on that).
+  r.cell = spec.manager ? amp::build_train_network(*r.net, *r.opt, *r.loss, spec.level,
+                                                   {.cast_model_type = spec.dtype, .loss_scale_manager = spec.manager,
+                                                    .step = step_options})
+                        : amp::build_train_network(*r.net, *r.opt, *r.loss, spec.level,
+                                                   {.cast_model_type = spec.dtype, .step = step_options});
   dataset::Dataset ds = dataset::SyntheticDataset({.num_samples = spec.samples, .seed = 3})
                             .map(dataset::transforms::rescale(1.0 / 255, -0.5))
                             .shuffle(11);

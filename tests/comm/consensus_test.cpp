@@ -3,8 +3,9 @@
 // 7, halves the scale, keeps the same step counters and stays bitwise identical. With the flag
 // reduction switched off (amp::testing::set_overflow_consensus(false)) the same run diverges: the
 // ranks take different decisions and check_ranks names what differs, which proves the test can
-// fail. Also: the functional route (DynamicLossScaler + all_finite + DistributedGradReducer), and
-// the overflow event every rank agrees on.
+// fail. Also: a fixed scale that drops overflowing updates, accumulation (the overflow is in the
+// reduced sum), the functional route (DynamicLossScaler + all_finite + DistributedGradReducer),
+// and the overflow event every rank agrees on.
 #include "comm_test_util.h"
 
 namespace mixprec {
@@ -70,6 +71,43 @@ TEST(OverflowConsensus, WithoutTheFlagReductionTheRanksDiverge) {
   EXPECT_NE(err.find("rank consistency check at step 7"), std::string::npos) << err;
   EXPECT_NE(err.find("parameter "), std::string::npos) << "the first difference is a parameter: " << err;
   EXPECT_NE(err.find("rank 1 against rank 0"), std::string::npos) << err;
+}
+
+// Fixed scaling that drops overflowing updates (MindSpore's FixedLossScaleManager with
+// drop_overflow_update): every rank skips step 7 and the scale stays where it was.
+TEST(OverflowConsensus, AFixedScaleThatDropsOverflowsSkipsOnEveryRank) {
+  ASSERT_GE(testing::ranks(), 2) << "run under mpirun -np 2 or more";
+  DataParallelScope dp;
+  RunSpec spec = overflow_on_rank1();
+  spec.manager = std::make_shared<amp::FixedLossScaleManager>(1024.0, amp::FixedLossScaleOptions{.drop_overflow_update = true});
+  const testing::RunResult r = testing::run_training(spec);
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const bool bad = static_cast<int64_t>(i + 1) == kBadStep;
+    EXPECT_EQ(r.steps[i].skipped, bad) << "step " << i + 1;
+    EXPECT_EQ(r.steps[i].local_overflow, bad && testing::rank() == 1) << "step " << i + 1;
+    EXPECT_EQ(r.steps[i].loss_scale, 1024.0) << "step " << i + 1;
+  }
+  EXPECT_EQ(r.opt->global_step(), static_cast<int64_t>(r.steps.size()) - 1);
+  EXPECT_NO_THROW(r.cell->check_ranks("the end")) << "the ranks must be bitwise identical";
+}
+
+// Accumulation over 2 micro-batches: rank 1's overflow at micro-batch 7 is in the sum that is
+// reduced at micro-batch 8, the boundary of that update: every rank skips that update (and only
+// it), halves the scale, and drops the accumulated gradients together.
+TEST(OverflowConsensus, WithAccumulationEveryRankSkipsTheUpdateHoldingTheOverflow) {
+  ASSERT_GE(testing::ranks(), 2) << "run under mpirun -np 2 or more";
+  DataParallelScope dp;
+  RunSpec spec = overflow_on_rank1();
+  spec.step.accumulation_steps = 2;
+  const testing::RunResult r = testing::run_training(spec);
+  ASSERT_EQ(r.steps.size(), 12u);
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    EXPECT_EQ(r.steps[i].skipped, i + 1 == kBadStep + 1) << "micro-batch " << i + 1;
+    EXPECT_EQ(r.steps[i].loss_scale, i + 1 <= static_cast<size_t>(kBadStep + 1) ? 1024.0 : 512.0) << "micro-batch " << i + 1;
+  }
+  EXPECT_EQ(r.cell->skipped_steps(), 1);
+  EXPECT_EQ(r.opt->global_step(), 5) << "6 updates, one skipped";
+  EXPECT_NO_THROW(r.cell->check_ranks("the end")) << "the ranks must be bitwise identical";
 }
 
 // The seed's functional loop, data parallel: value_and_grad, the reducer, all_finite and the

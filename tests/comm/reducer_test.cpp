@@ -80,7 +80,9 @@ TEST(GradReducer, Bf16AllReduceAddsInF32AndRoundsOnce) {
   const auto out = reducer({g})[0];
   EXPECT_EQ(out.dtype(), DType::bf16);
   const auto v = out.to_vector<double>();
-  if (testing::ranks() == 2) EXPECT_EQ(v[0], 1.0 + 1.0 / 64);
+  if (testing::ranks() == 2) {
+    EXPECT_EQ(v[0], 1.0 + 1.0 / 64);
+  }
   EXPECT_EQ(v[1], 128.0 + (testing::ranks() - 1)) << "exact in bf16 below 256";
   EXPECT_EQ(v[2], 3.0 * testing::ranks());
   EXPECT_EQ(v[3], -2.0 * testing::ranks());
@@ -102,7 +104,9 @@ TEST(DataParallelState, BuffersAreAveragedAndRankCheckNamesTheFirstDifference) {
     if (is_floating(b.dtype())) b.detach().copy_(full(b.shape(), static_cast<double>(testing::rank())));
   nn::all_reduce_buffers(*net);
   for (auto& [name, b] : net->buffers_and_names())
-    if (is_floating(b.dtype())) EXPECT_EQ(b.to_vector<double>()[0], (testing::ranks() - 1) / 2.0) << name;
+    if (is_floating(b.dtype())) {
+      EXPECT_EQ(b.to_vector<double>()[0], (testing::ranks() - 1) / 2.0) << name;
+    }
   // check_same_on_all_ranks: rank 1 (and 3) hold a different second entry.
   const bool odd = testing::rank() % 2 == 1;
   std::vector<comm::RankCheckEntry> e{comm::number_entry("loss scale", 1024.0),
