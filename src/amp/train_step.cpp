@@ -95,6 +95,20 @@ NonFiniteEvent deserialize(const std::string& s) {
                         std::stod(f[6]), std::stoll(f[7]), f[8] == "1"};
 }
 
+// Data parallel: this rank's flags become every rank's (one MAX all-reduce, before the manager,
+// clipping or the optimizer sees them) and the loss becomes the mean over the ranks.
+void agree_across_ranks(nn::DistributedGradReducer& reducer, bool& finite, bool& loss_finite, double& loss_value) {
+  const auto start = std::chrono::steady_clock::now();
+  double flags[2] = {finite ? 0.0 : 1.0, loss_finite ? 0.0 : 1.0};
+  detail::agree_on_flags(flags);
+  finite = flags[0] == 0.0;
+  loss_finite = flags[1] == 0.0;
+  double mean_loss = loss_value / communication::get_group_size();
+  comm::all_reduce_sum({&mean_loss, 1});
+  loss_value = mean_loss;
+  reducer.add_sync_seconds(seconds_since(start));
+}
+
 }  // namespace
 
 TrainOneStepCell::TrainOneStepCell(nn::Cell& net, optim::Optimizer& opt, Ref<LossScaleManager> manager,
@@ -270,17 +284,7 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   bool finite = reducer ? reducer->local_finite() : unscale_and_check(grads, 1.0);  // skips undefined entries
   bool loss_finite = std::isfinite(loss_value);
   const bool local_overflow = !finite || !loss_finite;
-  const auto sync_start = std::chrono::steady_clock::now();
-  if (reducer) {
-    double flags[2] = {finite ? 0.0 : 1.0, loss_finite ? 0.0 : 1.0};
-    detail::agree_on_flags(flags);
-    finite = flags[0] == 0.0;
-    loss_finite = flags[1] == 0.0;
-    double mean_loss = loss_value / communication::get_group_size();
-    comm::all_reduce_sum({&mean_loss, 1});
-    loss_value = mean_loss;
-    reducer->add_sync_seconds(seconds_since(sync_start));
-  }
+  if (reducer) agree_across_ranks(*reducer, finite, loss_finite, loss_value);
   double norm = -1.0;
   if (finite && options_.max_grad_norm > 0) {
     norm = global_norm(grads, 1.0 / divisor);
@@ -304,6 +308,15 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
       if (grads[i].defined())
         last_.grad_stats.push_back(gradient_stats(i < param_names_.size() ? param_names_[i] : "param" + std::to_string(i),
                                                   grads[i], 1.0 / divisor));
+  apply_update(grads, grad_scale, overflow, skip, reducer);
+  if (manager_) manager_->update_loss_scale(overflow, loss_finite);
+  return full({}, loss_value);
+}
+
+// The optimizer step (or the skip) and, data parallel, the BatchNorm statistics averaged over
+// the ranks, so that every rank holds the same ones.
+void TrainOneStepCell::apply_update(std::vector<Tensor>& grads, double grad_scale, bool overflow, bool skip,
+                                    nn::DistributedGradReducer* reducer) {
   if (!skip) {
     if (overflow && communication::get_rank() == 0)
       std::fprintf(stderr, "mixprec: warning: step %lld applied an update with non-finite gradients "
@@ -315,13 +328,11 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   } else {
     ++skipped_;
   }
-  if (reducer && backbone_) {  // BatchNorm statistics, as one
+  if (reducer && backbone_) {
     const auto t = std::chrono::steady_clock::now();
     nn::all_reduce_buffers(*backbone_);
     reducer->add_sync_seconds(seconds_since(t));
   }
-  if (manager_) manager_->update_loss_scale(overflow, loss_finite);
-  return full({}, loss_value);
 }
 
 GradStats gradient_stats(const std::string& name, const Tensor& grad, double scale) {

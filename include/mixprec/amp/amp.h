@@ -135,6 +135,8 @@ class TrainOneStepCell : public nn::Cell {
   std::vector<Tensor> forward_backward(const Tensor& data, const Tensor& label, double scale, double* loss_value,
                                        nn::DistributedGradReducer* reducer = nullptr);
   void agree_on_event(std::optional<NonFiniteEvent>& event) const;
+  void apply_update(std::vector<Tensor>& grads, double grad_scale, bool overflow, bool skip,
+                    nn::DistributedGradReducer* reducer);
   std::optional<NonFiniteEvent> replay_with_checks(const Tensor& data, const Tensor& label, double scale,
                                                    const std::pair<uint64_t, uint64_t>& rng_before);
   void fill_telemetry(const AmpCounters& before);
