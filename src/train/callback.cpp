@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
 #include "mixprec/ops/ops.h"
 #include "mixprec/train/model.h"
@@ -44,7 +45,7 @@ void TimeMonitor::on_epoch_end(RunContext& ctx) {
   const double steps = static_cast<double>(std::max<int64_t>(ctx.step_in_epoch, 1));
   std::printf("epoch: %lld, time %.2f s, per step %.2f ms, %.0f samples/s\n",
               static_cast<long long>(ctx.epoch + 1), ctx.epoch_seconds, 1e3 * ctx.epoch_seconds / steps,
-              steps * static_cast<double>(ctx.batch_size) / std::max(ctx.epoch_seconds, 1e-9));
+              steps * static_cast<double>(ctx.batch_size * ctx.group_size) / std::max(ctx.epoch_seconds, 1e-9));
   std::fflush(stdout);
 }
 
@@ -64,14 +65,19 @@ void LossScaleMonitor::on_epoch_end(RunContext& ctx) {
   std::fflush(stdout);
 }
 
-ProgressBar::ProgressBar(int64_t every) : every_(every), tty_(isatty(STDOUT_FILENO) != 0) {
+// Under a launcher (mpirun) stdout is a pseudo-terminal whatever mpirun's own output goes to (a
+// file, a pipe), so the bar is drawn only for a terminal that is not one of those.
+ProgressBar::ProgressBar(int64_t every)
+    : every_(every), tty_(isatty(STDOUT_FILENO) != 0 && !communication::launched_by_launcher()) {
   MIXPREC_CHECK(every >= 1, "ProgressBar: every must be >= 1, got ", every);
 }
 
 void ProgressBar::on_step_end(RunContext& ctx) {
   if (ctx.step.loss_finite) ema_loss_ = ema_loss_ < 0 ? ctx.step.loss : 0.98 * ema_loss_ + 0.02 * ctx.step.loss;
   if (ctx.rank != 0) return;
-  const double rate = static_cast<double>(ctx.step_in_epoch * ctx.batch_size) / std::max(ctx.epoch_seconds, 1e-9);
+  // Samples/s of the whole group (the global batch).
+  const double rate =
+      static_cast<double>(ctx.step_in_epoch * ctx.batch_size * ctx.group_size) / std::max(ctx.epoch_seconds, 1e-9);
   if (tty_) {
     const int width = 30;
     const int filled = static_cast<int>(width * ctx.step_in_epoch / std::max<int64_t>(ctx.steps_per_epoch, 1));

@@ -23,6 +23,8 @@ train)
   "${MPIRUN[@]}" -np 2 "$M" "${common[@]}" --data "$dir/data" --batch-size 32 --epochs 2 --check-ranks 1 --report "$dir/r.json" \
     --checkpoint "$dir/c.safetensors" > "$dir/out" 2> "$dir/err" || fail "2 ranks: $(cat "$dir/err")"
   [ "$(grep -c ': training lenet' "$dir/out")" = 1 ] || fail "the header must come from rank 0 alone: $(cat "$dir/out")"
+  ! grep -q $'\r' "$dir/out" || fail "a progress bar (carriage returns) in mpirun's redirected output"
+  grep -q "^epoch 1/2 step 8/8 loss" "$dir/out" || fail "no plain progress line: $(cat "$dir/out")"
   grep -q "data parallel: 2 ranks x batch 32 = global batch 64, 256 samples per rank" "$dir/out" \
     || fail "no data-parallel line: $(cat "$dir/out")"
   threads=$(sed -n 's/.* \([0-9]*\) threads\{0,1\} per rank.*/\1/p' "$dir/out")

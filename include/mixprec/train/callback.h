@@ -78,7 +78,8 @@ class LossScaleMonitor : public Callback {
 };
 
 // A one-line progress bar redrawn in place when stdout is a terminal; plain periodic lines
-// (every `every` steps) otherwise.
+// (every `every` steps) otherwise, and always under mpirun (which gives each rank a terminal of
+// its own, even when mpirun's output goes to a file).
 class ProgressBar : public Callback {
  public:
   explicit ProgressBar(int64_t every = 100);
