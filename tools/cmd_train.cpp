@@ -91,10 +91,11 @@ void print_summary(const RunResult& r) {
   const History& h = r.history;
   if (const nn::DistributedGradReducer* red = r.step.grad_reducer()) {
     const nn::GradReducerStats& st = red->stats();
+    const double bytes = static_cast<double>(st.reductions) * static_cast<double>(st.bytes_per_reduction);
     std::printf("data parallel: waited %.2f s for gradient all-reduces and %.2f s for the ranks' agreement "
-                "(%.1f%% of training); %lld of %lld buckets were complete when backward ended\n",
+                "(%.1f%% of training); %.0f%% of the gradient bytes were reduced when backward ended\n",
                 st.wait_seconds, st.sync_seconds, 100.0 * (st.wait_seconds + st.sync_seconds) / std::max(r.train_seconds, 1e-9),
-                static_cast<long long>(st.buckets_done_early), static_cast<long long>(st.reductions * st.buckets));
+                100.0 * static_cast<double>(st.bytes_done_early) / std::max(bytes, 1.0));
   }
   if (r.resumed_at < 0)
     std::printf("%lld steps (%lld skipped) in %.1f s, %.0f samples/s, peak memory %.1f MB\n",

@@ -149,7 +149,10 @@ std::vector<Tensor> DistributedGradReducer::finish(const std::vector<Tensor>& gr
     if (!packed_[i]) pack(i, grads[i]);
   stats_.pack_seconds += seconds_since(t0);
   for (size_t b = 0; b < next_start_; ++b)
-    if (!pending_[b].pending() || pending_[b].test()) ++stats_.buckets_done_early;
+    if (!pending_[b].pending() || pending_[b].test()) {
+      ++stats_.buckets_done_early;
+      stats_.bytes_done_early += buckets_[b].numel * static_cast<int64_t>(dtype_size(dtype_));
+    }
   start_ready_buckets();
   const auto t1 = Clock::now();
   for (comm::PendingReduce& p : pending_) p.wait();

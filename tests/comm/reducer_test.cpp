@@ -61,9 +61,26 @@ TEST(GradReducer, StartsBucketsDuringBackwardInOrderAndReportsLocalNonFinite) {
   reducer.ready(1, g[1]);
   EXPECT_EQ(reducer.stats().buckets_started_early, 3);
   const std::vector<Tensor> out = reducer.finish(g);
+  EXPECT_EQ(reducer.stats().bytes_done_early, reducer.stats().buckets_done_early * 64 * 4)
+      << "one 64-element f32 bucket per parameter";
   EXPECT_EQ(reducer.local_finite(), testing::rank() != 1);
   EXPECT_TRUE(std::isinf(out[0].to_vector<double>()[3])) << "the inf travels to every rank";
   EXPECT_NEAR(out[2].to_vector<double>()[0], (testing::ranks() + 1) / 2.0 * 3, 1e-5);
+}
+
+// With overlap off (--no-grad-overlap) nothing starts before finish(), so nothing is hidden.
+TEST(GradReducer, WithoutOverlapNothingStartsOrCompletesDuringBackward) {
+  DataParallelScope dp({.bucket_cap_mb = 1e-6, .first_bucket_mb = 1e-6, .overlap_grad_reduce = false});
+  const std::vector<Tensor> params{zeros({64}), zeros({64}), zeros({64})};
+  nn::DistributedGradReducer reducer(params);
+  const std::vector<Tensor> g = rank_gradients(params);
+  reducer.begin();
+  for (size_t k = g.size(); k-- > 0;) reducer.ready(k, g[k]);
+  const std::vector<Tensor> out = reducer.finish(g);
+  EXPECT_EQ(reducer.stats().buckets_started_early, 0);
+  EXPECT_EQ(reducer.stats().buckets_done_early, 0);
+  EXPECT_EQ(reducer.stats().bytes_done_early, 0);
+  EXPECT_NEAR(out[1].to_vector<double>()[0], (testing::ranks() + 1) / 2.0 * 2, 1e-5) << "and still reduces";
 }
 
 // bf16 travels, f32 adds: each combine widens both operands, adds in f32 and rounds once.

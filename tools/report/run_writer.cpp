@@ -38,6 +38,8 @@ json parallel_json(const TrainArgs& a, const nn::DistributedGradReducer& red, co
           {"wait_share_of_training", (st.wait_seconds + st.sync_seconds) / std::max(r.train_seconds, 1e-9)},
           {"buckets_started_during_backward", started},
           {"buckets_done_before_backward_ended", static_cast<double>(st.buckets_done_early) / (reductions * st.buckets)},
+          {"bytes_done_before_backward_ended",
+           static_cast<double>(st.bytes_done_early) / (reductions * static_cast<double>(std::max<int64_t>(st.bytes_per_reduction, 1)))},
           {"bucket_mb", a.grad_bucket_mb}, {"check_ranks", a.check_ranks}};
 }
 

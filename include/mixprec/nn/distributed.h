@@ -27,6 +27,7 @@ struct GradReducerStats {
   double sync_seconds = 0.0;        // the train step's small collectives (flags, loss, statistics)
   int64_t buckets_started_early = 0;  // started during backward (before finish())
   int64_t buckets_done_early = 0;     // already complete when finish() was called
+  int64_t bytes_done_early = 0;       // their bytes: the communication hidden behind backward
 };
 
 class DistributedGradReducer {
