@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kernel_test_util.h"
+#include "mixprec/ops/autocast.h"
 #include "op_test_util.h"
 #include "ops/attention_problem.h"
 #include "ops/dispatch.h"
@@ -103,23 +104,34 @@ TEST(Attention, KernelChoice) {
   EXPECT_EQ(testing::chosen_kernel(p), "ref");
 }
 
-// Every block edge of the fused kernel (32 query rows, 64 keys) and the lengths.
+// Fused against reference, forward and backward, for one (L, D) in every dtype, plain and causal.
+void expect_fused_matches_reference(int64_t L, int64_t D, int64_t H) {
+  for (bool causal : {false, true})
+    for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+      const uint64_t seed = static_cast<uint64_t>(L * 100 + D);
+      const Tensor q = random({1, H, L, D}, seed, DType::f32, -2, 2).astype(d);
+      const Tensor k = random({1, H, L, D}, seed + 1, DType::f32, -2, 2).astype(d);
+      const Tensor v = random({1, H, L, D}, seed + 2, DType::f32).astype(d);
+      const Result fused = run(q, k, v, {.causal = causal}, "flash");
+      const Result ref = run(q, k, v, {.causal = causal}, "ref");
+      EXPECT_EQ(fused.o.dtype(), d);
+      EXPECT_EQ(fused.dq.dtype(), d);
+      EXPECT_TRUE(same_result(fused, ref, fused_tol(d)))
+          << "L " << L << " D " << D << (causal ? " causal " : " ") << dtype_name(d);
+    }
+}
+
+// The block edges of the fused kernel (32 query rows, 64 keys) and the lengths, at
+// D = 32; the other head dims at a few lengths (all of them: the Exhaustive test).
 TEST(Attention, FusedMatchesReferenceInEveryDtypeAtBlockEdges) {
+  for (int64_t L : {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 257}) expect_fused_matches_reference(L, 32, 1);
+  for (int64_t L : {17, 65})
+    for (int64_t D : {16, 64}) expect_fused_matches_reference(L, D, 1);
+}
+
+TEST(Attention, FusedMatchesReferenceAtEveryLengthAndHeadDimExhaustive) {
   for (int64_t L : {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 257})
-    for (int64_t D : {16, 32, 64})
-      for (bool causal : {false, true})
-        for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-          const uint64_t seed = static_cast<uint64_t>(L * 100 + D);
-          const Tensor q = random({1, 2, L, D}, seed, DType::f32, -2, 2).astype(d);
-          const Tensor k = random({1, 2, L, D}, seed + 1, DType::f32, -2, 2).astype(d);
-          const Tensor v = random({1, 2, L, D}, seed + 2, DType::f32).astype(d);
-          const Result fused = run(q, k, v, {.causal = causal}, "flash");
-          const Result ref = run(q, k, v, {.causal = causal}, "ref");
-          EXPECT_EQ(fused.o.dtype(), d);
-          EXPECT_EQ(fused.dq.dtype(), d);
-          EXPECT_TRUE(same_result(fused, ref, fused_tol(d)))
-              << "L " << L << " D " << D << (causal ? " causal " : " ") << dtype_name(d);
-        }
+    for (int64_t D : {16, 32, 64}) expect_fused_matches_reference(L, D, 2);
 }
 
 TEST(Attention, FusedMatchesReferenceForCrossAttentionAndOtherValueWidths) {
@@ -128,9 +140,9 @@ TEST(Attention, FusedMatchesReferenceForCrossAttentionAndOtherValueWidths) {
   for (auto [lq, lk, d, dv] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 65, 32, 32}, {17, 130, 16, 16},
                                {40, 33, 32, 32}, {20, 70, 24, 40}, {33, 33, 64, 8}})
     for (bool causal : {false, true}) {
-      const Tensor q = random({2, 3, lq, d}, 5, DType::f32, -2, 2);
-      const Tensor k = random({2, 3, lk, d}, 6, DType::f32, -2, 2);
-      const Tensor v = random({2, 3, lk, dv}, 7, DType::f32);
+      const Tensor q = random({2, 1, lq, d}, 5, DType::f32, -2, 2);
+      const Tensor k = random({2, 1, lk, d}, 6, DType::f32, -2, 2);
+      const Tensor v = random({2, 1, lk, dv}, 7, DType::f32);
       const ops::AttentionOptions opt{.causal = causal};
       if (causal && lq > lk) continue;  // rows without keys: FullyMaskedRowsAreNaN
       EXPECT_TRUE(same_result(run(q, k, v, opt, "flash"), run(q, k, v, opt, "ref"), fused_tol(DType::f32)))
@@ -228,7 +240,7 @@ TEST(Attention, FullyMaskedRowsAreNaN) {
 }
 
 TEST(Attention, BooleanMasksBroadcastAndCombineWithCausal) {
-  const int64_t B = 2, H = 2, L = 66, D = 32;
+  const int64_t B = 2, H = 1, L = 66, D = 32;
   const Tensor q = random({B, H, L, D}, 51, DType::f32, -2, 2), k = random({B, H, L, D}, 52, DType::f32, -2, 2);
   const Tensor v = random({B, H, L, D}, 53, DType::f32);
   // A padding mask per batch [B, 1, 1, L] and a random [L, L] mask with the diagonal kept.
@@ -267,6 +279,26 @@ TEST(Attention, StridedHeadsAndTheOutputLayout) {
   // Gradients of strided inputs come back in their layout.
   const Result r = run(q, q, q, {}, "flash"), e = run(q.contiguous(), q.contiguous(), q.contiguous(), {}, "ref");
   EXPECT_TRUE(same_result(r, e, fused_tol(DType::f32)));
+}
+
+TEST(Attention, SoftmaxForcedIntoSixteenBitsMatchesTheReference) {
+  // What a custom white list naming attention_softmax does (tests/amp/attention_policy_test.cpp):
+  // both kernels round the scores, p, dP and dS to the low dtype; without overflow they agree.
+  const Tensor q = random({2, 2, 40, 32}, 81, DType::f32, -2, 2), k = random({2, 2, 40, 32}, 82, DType::f32, -2, 2);
+  const Tensor v = random({2, 2, 40, 32}, 83, DType::f32);
+  for (DType low : {DType::f16, DType::bf16}) {
+    AutocastState st;
+    st.level = AmpLevel::O1;
+    st.low = low;
+    st.policy_override[static_cast<size_t>(OpId::attention_softmax)] = AmpPolicy::to_low;
+    AutocastScope scope(st);
+    const Result fused = run(q, k, v, {.causal = true}, "flash"), ref = run(q, k, v, {.causal = true}, "ref");
+    EXPECT_TRUE(same_result(fused, ref, fused_tol(low))) << dtype_name(low);
+    // It is not the f32 softmax: the scores' rounding moves the output by more than f32 noise.
+    AutocastScope off{AutocastState{}};
+    const Result exact = run(q, k, v, {.causal = true}, "ref");
+    EXPECT_FALSE(close(fused.o, exact.o, 0, 1e-5)) << dtype_name(low);
+  }
 }
 
 TEST(Attention, ClearErrors) {

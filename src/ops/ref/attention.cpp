@@ -62,10 +62,13 @@ Tensor masked_scores(const Tensor& q, const Tensor& k, const AttentionParams& pr
 Tensor to_softmax_dtype(const Tensor& t, const AttentionParams& prm) {
   if (!is_low_precision(prm.softmax_dtype)) return t;
   const Tensor r = packed(t, prm.softmax_dtype);
-  if (prm.softmax_nonfinite) {
-    const std::vector<double> a = t.to_vector<double>(), b = r.to_vector<double>();
-    for (size_t i = 0; i < a.size(); ++i) *prm.softmax_nonfinite += std::isfinite(a[i]) && !std::isfinite(b[i]);
-  }
+  if (prm.softmax_nonfinite && !is_low_precision(t.dtype()))
+    visit_compute(t.dtype(), [&]<class C>() {
+      const C* a = static_cast<const C*>(t.data_ptr());  // t: a fresh contiguous ct tensor
+      const Tensor w = packed(r, t.dtype());
+      const C* b = static_cast<const C*>(w.data_ptr());
+      for (int64_t i = 0; i < t.numel(); ++i) *prm.softmax_nonfinite += std::isfinite(a[i]) && !std::isfinite(b[i]);
+    });
   return r;
 }
 
