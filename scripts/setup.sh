@@ -17,6 +17,7 @@ PACKAGES=(
   libcli11-dev                          # the command line
   libgtest-dev googletest libbenchmark-dev  # tests and benchmarks
   dataset-fashion-mnist                 # the default training data
+  fortunes                              # gpt-tiny's text: TextDataset reads /usr/share/games/fortunes
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
   chromium                              # tests: the HTML run report rendered in a real browser
   python3-dev pybind11-dev              # the mixprec Python module (python/)

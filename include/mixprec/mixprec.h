@@ -20,6 +20,7 @@
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/data/dataset.h"
 #include "mixprec/data/idx.h"
+#include "mixprec/data/text.h"
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/nn/cell.h"
 #include "mixprec/nn/init.h"
