@@ -30,12 +30,15 @@ using Clock = std::chrono::steady_clock;
 enum class Impl { composition, fused, ref_kernel };
 
 Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& causal_mask) {
-  Tensor s = ops::mul(ops::matmul(q, k.transpose(2, 3)), 1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  if (causal_mask.defined()) s = ops::masked_fill(s, causal_mask, -std::numeric_limits<double>::infinity());
+  Tensor s =
+      ops::mul(ops::matmul(q, k.transpose(2, 3)), 1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  if (causal_mask.defined())
+    s = ops::masked_fill(s, causal_mask, -std::numeric_limits<double>::infinity());
   return ops::matmul(ops::softmax(s, -1), v);
 }
 
-Tensor attention(Impl impl, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& mask) {
+Tensor attention(Impl impl, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                 const Tensor& mask) {
   if (impl == Impl::composition) return composed(q, k, v, causal ? mask : Tensor());
   ops::ForceImpl force(impl == Impl::ref_kernel ? "ref" : "");
   return ops::scaled_dot_product_attention(q, k, v, {.causal = causal});
@@ -52,7 +55,9 @@ void BM_attention(benchmark::State& state, Impl impl) {
   const DType dt = state.range(1) ? DType::bf16 : DType::f32;
   const bool causal = state.range(2) != 0;
   Generator gen(1);
-  auto input = [&] { return randn({B, H, L, D}, gen, {.dtype = DType::f32}).astype(dt).set_requires_grad(true); };
+  auto input = [&] {
+    return randn({B, H, L, D}, gen, {.dtype = DType::f32}).astype(dt).set_requires_grad(true);
+  };
   const std::vector<Tensor> in{input(), input(), input()};
   const Tensor dout = randn({B, H, L, D}, gen, {.dtype = DType::f32}).astype(dt);
   // masked_fill's mask: true above the diagonal (the keys a query may not see).
@@ -70,10 +75,11 @@ void BM_attention(benchmark::State& state, Impl impl) {
     const std::vector<Tensor> g = run_backward({o}, {dout}, capture);
     benchmark::DoNotOptimize(g.data());
   }
-  const double per_iter =
-      std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(state.iterations());
+  const double per_iter = std::chrono::duration<double>(Clock::now() - t0).count() /
+                          static_cast<double>(state.iterations());
   state.counters["saved_MB"] = static_cast<double>(saved) / (1 << 20);
-  const std::string key = std::to_string(L) + "/" + std::to_string(state.range(1)) + "/" + std::to_string(causal);
+  const std::string key =
+      std::to_string(L) + "/" + std::to_string(state.range(1)) + "/" + std::to_string(causal);
   if (impl == Impl::composition) baseline_seconds()[key] = per_iter;
   else if (auto it = baseline_seconds().find(key); it != baseline_seconds().end())
     state.counters["x_composition"] = it->second / per_iter;

@@ -24,7 +24,7 @@ namespace mixprec::ops {
 struct AttentionParams {
   double scale = 1.0;  // multiplies q.k (1 / sqrt(D) by default, chosen by the op)
   bool causal = false;
-  Tensor mask;         // see the top of this file
+  Tensor mask;  // see the top of this file
   // The dtype the softmax runs in. f32 (f64 for f64 inputs) always, unless a custom list put
   // attention_softmax on its white list: then f16 or bf16, rounding the scores, the
   // probabilities and their gradients to it (the overflow the seed's pitfall is about).

@@ -46,7 +46,8 @@ TEST(AttentionPolicy, DefaultListsPutTheMatmulsOnTheWhiteListAndTheSoftmaxOnTheB
 }
 
 TEST(AttentionPolicy, MatmulsRunLowAndTheSoftmaxInF32AtEveryLevelIncludingO3) {
-  const Tensor q = testing::random({2, 2, 9, 8}, 1, DType::f32), kv = testing::random({2, 2, 9, 8}, 2, DType::f32);
+  const Tensor q = testing::random({2, 2, 9, 8}, 1, DType::f32),
+               kv = testing::random({2, 2, 9, 8}, 2, DType::f32);
   for (const char* level : {"O1", "O2", "O3", "auto"})
     for (DType low : {DType::bf16, DType::f16}) {
       Net net;
@@ -64,16 +65,20 @@ TEST(AttentionPolicy, MatmulsRunLowAndTheSoftmaxInF32AtEveryLevelIncludingO3) {
     }
   // O0: everything f32.
   Net net;
-  EXPECT_EQ(records_of(net, q, kv, OpId::scaled_dot_product_attention)[0].compute_dtype, DType::f32);
+  EXPECT_EQ(records_of(net, q, kv, OpId::scaled_dot_product_attention)[0].compute_dtype,
+            DType::f32);
 }
 
 // Scores of 200 * 200 * 16 / 4 = 160000: beyond f16's 65504, harmless in f32 statistics.
-Tensor big(uint64_t seed) { return ops::add(testing::random({1, 2, 12, 16}, seed, DType::f32, -1, 1), 200.0); }
+Tensor big(uint64_t seed) {
+  return ops::add(testing::random({1, 2, 12, 16}, seed, DType::f32, -1, 1), 200.0);
+}
 
 TEST(AttentionPolicy, ForcedF16SoftmaxOverflowIsNamedInTheForwardPass) {
   const Tensor q = big(3), kv = big(4);
   Net plain;  // f32 on the f16-rounded inputs: the same products as the f16 matmuls
-  const Tensor expected = plain(q.astype(DType::f16).astype(DType::f32), kv.astype(DType::f16).astype(DType::f32));
+  const Tensor expected =
+      plain(q.astype(DType::f16).astype(DType::f32), kv.astype(DType::f16).astype(DType::f32));
   {  // The default: f16 matmuls, f32 softmax: no overflow, the f32 result within f16 rounding.
     Net net;
     amp::custom_mixed_precision(net, {.white_list = {"scaled_dot_product_attention"}}, DType::f16);
@@ -85,8 +90,8 @@ TEST(AttentionPolicy, ForcedF16SoftmaxOverflowIsNamedInTheForwardPass) {
   for (const char* impl : {"flash", "ref"}) {  // both kernels count the overflows
     ops::ForceImpl force(impl);
     Net net;
-    amp::custom_mixed_precision(net, {.white_list = {"scaled_dot_product_attention", "attention_softmax"}},
-                                DType::f16);
+    amp::custom_mixed_precision(
+        net, {.white_list = {"scaled_dot_product_attention", "attention_softmax"}}, DType::f16);
     NumericsCheckScope check;
     const Tensor out = net(q, kv);
     ASSERT_TRUE(check.first().has_value()) << impl;
@@ -97,7 +102,8 @@ TEST(AttentionPolicy, ForcedF16SoftmaxOverflowIsNamedInTheForwardPass) {
     EXPECT_EQ(e.phase, "forward");
     EXPECT_EQ(e.dtype, DType::f16);
     EXPECT_GT(e.nonfinite_count, 0);
-    EXPECT_NE(train::describe(e).find("forward attention_softmax in attn: the scores"), std::string::npos)
+    EXPECT_NE(train::describe(e).find("forward attention_softmax in attn: the scores"),
+              std::string::npos)
         << train::describe(e);
     EXPECT_TRUE(std::isnan(out.at({0, 0, 0, 0}))) << "the overflowed scores make the rows NaN";
   }
@@ -109,30 +115,31 @@ TEST(AttentionPolicy, ForcedF16SoftmaxOverflowIsNamedInTheBackwardPass) {
   const Tensor q = testing::random({1, 2, 12, 16}, 5, DType::f32, -0.01, 0.01);
   const Tensor kv0 = full({1, 2, 12, 16}, 100.0);
   for (const char* impl : {"flash", "ref"})
-  for (bool forced : {false, true}) {
-    ops::ForceImpl force(impl);
-    Net net;
-    std::vector<std::string> white{"scaled_dot_product_attention"};
-    if (forced) white.push_back("attention_softmax");
-    amp::custom_mixed_precision(net, {.white_list = white}, DType::f16);
-    const Tensor x = q.clone().set_requires_grad(true), kv = kv0.clone().set_requires_grad(true);
-    NumericsCheckScope check;
-    const Tensor loss = ops::sum(ops::mul(net(x, kv), 1000.0));
-    EXPECT_FALSE(check.first().has_value()) << "the forward pass is finite";
-    const std::vector<Tensor> g = grad(loss, {x, kv});
-    if (!forced) {
-      EXPECT_FALSE(check.first().has_value()) << train::describe(*check.first());
-      EXPECT_EQ(summarize_finite(g[0]).nonfinite + summarize_finite(g[1]).nonfinite, 0) << impl;
-      continue;
+    for (bool forced : {false, true}) {
+      ops::ForceImpl force(impl);
+      Net net;
+      std::vector<std::string> white{"scaled_dot_product_attention"};
+      if (forced) white.push_back("attention_softmax");
+      amp::custom_mixed_precision(net, {.white_list = white}, DType::f16);
+      const Tensor x = q.clone().set_requires_grad(true), kv = kv0.clone().set_requires_grad(true);
+      NumericsCheckScope check;
+      const Tensor loss = ops::sum(ops::mul(net(x, kv), 1000.0));
+      EXPECT_FALSE(check.first().has_value()) << "the forward pass is finite";
+      const std::vector<Tensor> g = grad(loss, {x, kv});
+      if (!forced) {
+        EXPECT_FALSE(check.first().has_value()) << train::describe(*check.first());
+        EXPECT_EQ(summarize_finite(g[0]).nonfinite + summarize_finite(g[1]).nonfinite, 0) << impl;
+        continue;
+      }
+      ASSERT_TRUE(check.first().has_value()) << impl;
+      const NonFiniteEvent& e = *check.first();
+      EXPECT_EQ(e.op_name, "attention_softmax");
+      EXPECT_EQ(e.cell, "attn");
+      EXPECT_EQ(e.phase, "backward");
+      EXPECT_EQ(e.dtype, DType::f16);
+      EXPECT_NE(train::describe(e).find("dP = dO.v^T or dS"), std::string::npos)
+          << train::describe(e);
     }
-    ASSERT_TRUE(check.first().has_value()) << impl;
-    const NonFiniteEvent& e = *check.first();
-    EXPECT_EQ(e.op_name, "attention_softmax");
-    EXPECT_EQ(e.cell, "attn");
-    EXPECT_EQ(e.phase, "backward");
-    EXPECT_EQ(e.dtype, DType::f16);
-    EXPECT_NE(train::describe(e).find("dP = dO.v^T or dS"), std::string::npos) << train::describe(e);
-  }
 }
 
 }  // namespace

@@ -20,14 +20,17 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 using testing::throws_with;
 
-void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+void write(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
 
 // Batch rows as strings: the input bytes, and the target bytes (i32 values back to chars).
 std::vector<std::string> inputs(const Batch& b) {
   std::vector<std::string> out;
   const auto v = b.image.to_vector<uint8_t>();
   const int64_t c = b.image.size(1);
-  for (int64_t r = 0; r < b.size(); ++r) out.emplace_back(v.begin() + r * c, v.begin() + (r + 1) * c);
+  for (int64_t r = 0; r < b.size(); ++r)
+    out.emplace_back(v.begin() + r * c, v.begin() + (r + 1) * c);
   return out;
 }
 std::vector<std::string> targets(const Batch& b) {
@@ -45,7 +48,7 @@ using Rows = std::vector<std::string>;
 
 TEST(TextDataset, ConsecutiveWindowsAreHandCheckable) {
   TempDir dir;
-  write(dir / "a.txt", "abcdefghij");           // train "abcdefghi" (10 - 10 / 10 = 9 bytes), validation "j"
+  write(dir / "a.txt", "abcdefghij");  // train "abcdefghi" (10 - 10 / 10 = 9 bytes), validation "j"
   write(dir / "b.txt", "0123456789012345678");  // train "012345678901234567", validation "8"
   const TextDataset ds(dir.path(), {.context = 4, .random_windows = false});
   // Windows of 5 bytes, stride 4, never across files: a: abcde efghi; b: 01234 45678 89012 23456.
@@ -83,8 +86,9 @@ TEST(TextDataset, ValidationIsTheLastTenthOfEachFileInConsecutiveWindows) {
 TEST(TextDataset, AFolderSkipsBinaryFilesLinksAndSubfoldersAndSaysWhy) {
   TempDir dir;
   write(dir / "a.txt", "Hello, world! This is text.\n");
-  write(dir / "a.dat", std::string("\x00\x00\x00\x02%\x00", 6));  // a strfile index starts with NULs
-  write(dir / "latin1.txt", "caf\xe9 au lait\n");                 // é in ISO-8859-1: not UTF-8
+  write(dir / "a.dat",
+        std::string("\x00\x00\x00\x02%\x00", 6));  // a strfile index starts with NULs
+  write(dir / "latin1.txt", "caf\xe9 au lait\n");  // é in ISO-8859-1: not UTF-8
   write(dir / "utf8.txt", "caf\xc3\xa9 au lait, na\xc3\xafve\n");  // the same in UTF-8: text
   fs::create_symlink("a.txt", dir / "a.u8");
   fs::create_directory(dir / "off");
@@ -112,14 +116,16 @@ TEST(TextDataset, ShortFilesAreSkippedInAFolderAndRefusedAlone) {
   const TextDataset ds(dir.path(), {.context = 4});
   ASSERT_EQ(ds.files().size(), 1u);
   ASSERT_EQ(ds.skipped().size(), 1u);
-  EXPECT_EQ(ds.skipped()[0].reason, "too short: its train part holds 3 bytes, a window needs context + 1 = 5");
+  EXPECT_EQ(ds.skipped()[0].reason,
+            "too short: its train part holds 3 bytes, a window needs context + 1 = 5");
   EXPECT_TRUE(throws_with([&] { TextDataset(dir / "short.txt", {.context = 4}); },
-                          {"TextDataset: " + (dir / "short.txt").string(), "too short: its train part holds 3 bytes",
-                           "use a smaller context"}));
+                          {"TextDataset: " + (dir / "short.txt").string(),
+                           "too short: its train part holds 3 bytes", "use a smaller context"}));
   // 100 bytes have a validation part of 10: long enough for context 9, not 10.
   EXPECT_NO_THROW(TextDataset(dir / "long.txt", {.usage = "validation", .context = 9}));
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "long.txt", {.usage = "validation", .context = 10}); },
-                          {"its validation part holds 10 bytes"}));
+  EXPECT_TRUE(
+      throws_with([&] { TextDataset(dir / "long.txt", {.usage = "validation", .context = 10}); },
+                  {"its validation part holds 10 bytes"}));
 }
 
 // content[i] = ' ' + i % 95: a window's bytes tell where it starts.
@@ -172,7 +178,8 @@ TEST(TextDataset, RandomWindowsAreDeterministicPerSeedAndEpochAndResumeExactly) 
   TempDir dir;
   write(dir / "r.txt", ramp(5000));
   auto first_rows = [&](uint64_t seed, int64_t epoch) {
-    return inputs(TextDataset(dir.path(), {.context = 16, .seed = seed}).batch(8).get_batch(epoch, 3));
+    return inputs(
+        TextDataset(dir.path(), {.context = 16, .seed = seed}).batch(8).get_batch(epoch, 3));
   };
   EXPECT_EQ(first_rows(1, 0), first_rows(1, 0));
   EXPECT_NE(first_rows(1, 0), first_rows(1, 1)) << "each epoch draws new windows";
@@ -191,31 +198,42 @@ TEST(TextDataset, RandomWindowsAreDeterministicPerSeedAndEpochAndResumeExactly) 
 
 TEST(TextDataset, ClearErrors) {
   TempDir dir;
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "nope"); },
-                          {(dir / "nope").string(), "expected a text file or a folder of text files, found nothing",
-                           "apt-get install fortunes"}));
+  EXPECT_TRUE(throws_with(
+      [&] { TextDataset(dir / "nope"); },
+      {(dir / "nope").string(), "expected a text file or a folder of text files, found nothing",
+       "apt-get install fortunes"}));
   EXPECT_TRUE(throws_with([&] { TextDataset(dir.path()); }, {"the folder is empty"}));
   write(dir / "x.dat", std::string("\x00\x01", 2));
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir.path()); },
-                          {"no usable text file (x.dat: binary: NUL byte at offset 0)", "apt-get install fortunes"}));
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "x.dat"); }, {"is not a text file (binary: NUL byte"}));
+  EXPECT_TRUE(throws_with(
+      [&] { TextDataset(dir.path()); },
+      {"no usable text file (x.dat: binary: NUL byte at offset 0)", "apt-get install fortunes"}));
+  EXPECT_TRUE(
+      throws_with([&] { TextDataset(dir / "x.dat"); }, {"is not a text file (binary: NUL byte"}));
   fs::create_symlink(dir / "gone.txt", dir / "link.txt");
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "link.txt"); }, {"is a symbolic link to", "which does not exist"}));
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "link.txt"); },
+                          {"is a symbolic link to", "which does not exist"}));
   write(dir / "t.txt", std::string(50, 't'));
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "t.txt", {.usage = "test"}); }, {"expected usage \"train\" or \"validation\""}));
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "t.txt", {.context = 0}); }, {"expected a context in [1, 2^24]"}));
-  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "t.txt", {.context = 4, .random_windows = false, .num_windows = 5}); },
-                          {"num_windows applies to random windows"}));
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "t.txt", {.usage = "test"}); },
+                          {"expected usage \"train\" or \"validation\""}));
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "t.txt", {.context = 0}); },
+                          {"expected a context in [1, 2^24]"}));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        TextDataset(dir / "t.txt", {.context = 4, .random_windows = false, .num_windows = 5});
+      },
+      {"num_windows applies to random windows"}));
   // Unreadable (no permission; checked without root, which ignores permission bits).
   ::chmod((dir / "t.txt").c_str(), 0);
   testing::expect_error_without_root([&] { TextDataset(dir.path(), {.context = 4}); },
-                                     {(dir / "t.txt").string(), "cannot open: Permission denied"}, {});
+                                     {(dir / "t.txt").string(), "cannot open: Permission denied"},
+                                     {});
   ::chmod((dir / "t.txt").c_str(), 0644);
 }
 
 // The real data, from Debian's fortunes package (scripts/setup.sh installs it).
 TEST(TextDataset, FortunesFolder) {
-  ASSERT_TRUE(fs::is_directory(kFortunesDir)) << kFortunesDir << " is missing: run scripts/setup.sh (apt-get install fortunes)";
+  ASSERT_TRUE(fs::is_directory(kFortunesDir))
+      << kFortunesDir << " is missing: run scripts/setup.sh (apt-get install fortunes)";
   const TextDataset train(kFortunesDir);
   const TextDataset val(kFortunesDir, {.usage = "validation"});
   EXPECT_GE(train.files().size(), 40u);
@@ -238,7 +256,8 @@ TEST(TextDataset, FortunesFolder) {
   // window of 129 bytes: it is skipped there, with the reason, and used for training.
   int64_t short_val = 0;
   for (const SkippedFile& f : val.skipped())
-    if (f.reason.rfind("too short: its validation part holds", 0) == 0) short_val += fs::file_size(f.path);
+    if (f.reason.rfind("too short: its validation part holds", 0) == 0)
+      short_val += fs::file_size(f.path);
   EXPECT_EQ(val_total + short_val, total);
   // Every .dat index is skipped as binary, every .u8 alias as a link.
   int dat = 0, u8 = 0;

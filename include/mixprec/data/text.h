@@ -4,7 +4,8 @@
 // part: image = the first `context` bytes (u8 [context]), label = the `context` bytes that follow
 // each of them (i32 [context], the next-byte targets). Batches come from the Dataset pipeline
 // (batch, shuffle, take, iterators, exact resume) as for MnistDataset.
-//   auto ds = dataset::TextDataset(dataset::kFortunesDir, {.context = 128, .seed = 1}).batch(32, true);
+//   auto ds = dataset::TextDataset(dataset::kFortunesDir, {.context = 128, .seed = 1}).batch(32,
+//   true);
 #pragma once
 
 #include <cstdint>

@@ -34,10 +34,10 @@
 namespace mixprec::ops::cpu {
 namespace {
 
-constexpr int64_t kBr = 32;         // query rows per block
-constexpr int64_t kBc = 64;         // keys per tile: 8 vectors of 8 floats
+constexpr int64_t kBr = 32;  // query rows per block
+constexpr int64_t kBc = 64;  // keys per tile: 8 vectors of 8 floats
 constexpr int kNv = kBc / 8;
-constexpr int64_t kMaxHead = 256;   // largest D and Dv
+constexpr int64_t kMaxHead = 256;  // largest D and Dv
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 typedef float v8 __attribute__((vector_size(32)));
@@ -85,7 +85,8 @@ MIXPREC_AVX2_INLINE v8 exp8(v8 x) {
   v8 xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
   xc = x == x ? xc : splat(0.0f);
-  const v8 n = (v8)_mm256_round_ps((__m256)(xc * 1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const v8 n = (v8)_mm256_round_ps((__m256)(xc * 1.44269504088896341f),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const v8 r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   v8 y = 1.9875691500e-4f * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
@@ -135,13 +136,15 @@ void round_softmax_row(float* x, int64_t n, DType sd, int64_t& bad) {
 
 template <class T>
 void widen(const T* src, float* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
   else if constexpr (std::is_same_v<T, bf16>) bf16_to_f32_row(src, dst, n);
   else f16_to_f32_row(src, dst, n);
 }
 template <class T>
 void narrow(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  if constexpr (std::is_same_v<T, float>)
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
   else if constexpr (std::is_same_v<T, bf16>) f32_to_bf16_row(src, dst, n);
   else f32_to_f16_row(src, dst, n);
 }
@@ -150,8 +153,8 @@ void narrow(const float* src, T* dst, int64_t n) {
 // ([rows_cap][dp], zero past n rows and d columns); `cols`, if given, gets the transpose
 // ([dp][rows_cap]).
 template <class T>
-void load_rows(const T* base, int64_t rs, int64_t j0, int64_t n, int64_t d, int64_t dp, int64_t rows_cap,
-               float* rows, float* cols) {
+void load_rows(const T* base, int64_t rs, int64_t j0, int64_t n, int64_t d, int64_t dp,
+               int64_t rows_cap, float* rows, float* cols) {
   for (int64_t j = 0; j < rows_cap; ++j) {
     float* r = rows + j * dp;
     if (j < n) widen(base + (j0 + j) * rs, r, d);
@@ -163,7 +166,8 @@ void load_rows(const T* base, int64_t rs, int64_t j0, int64_t n, int64_t d, int6
 }
 
 // out[0..kBc) = scale * sum_e x[e] * t[e][0..kBc) (t: [d][kBc]), accumulated over e in order.
-MIXPREC_AVX2_INLINE void dot_tile(const float* x, const float* t, int64_t d, float scale, float* out) {
+MIXPREC_AVX2_INLINE void dot_tile(const float* x, const float* t, int64_t d, float scale,
+                                  float* out) {
   v8 a[kNv];
   for (int c = 0; c < kNv; ++c) a[c] = v8{};
   for (int64_t e = 0; e < d; ++e) {
@@ -175,7 +179,8 @@ MIXPREC_AVX2_INLINE void dot_tile(const float* x, const float* t, int64_t d, flo
 
 // acc[0..8 NV) += sum_j w[j * ws] * rows[j * rs + 0..8 NV), j over [0, n) in order.
 template <int NV>
-MIXPREC_AVX2_INLINE void axpy_chunk(float* acc, const float* w, int64_t ws, const float* rows, int64_t rs, int64_t n) {
+MIXPREC_AVX2_INLINE void axpy_chunk(float* acc, const float* w, int64_t ws, const float* rows,
+                                    int64_t rs, int64_t n) {
   v8 a[NV];
   for (int c = 0; c < NV; ++c) a[c] = load8(acc + 8 * c);
   for (int64_t j = 0; j < n; ++j) {
@@ -185,7 +190,8 @@ MIXPREC_AVX2_INLINE void axpy_chunk(float* acc, const float* w, int64_t ws, cons
   for (int c = 0; c < NV; ++c) store8(acc + 8 * c, a[c]);
 }
 // acc[0..dp) += sum_j w[j * ws] * rows[j][0..dp) (row stride dp, a multiple of 8).
-MIXPREC_AVX2_INLINE void axpy_rows(float* acc, const float* w, int64_t ws, const float* rows, int64_t dp, int64_t n) {
+MIXPREC_AVX2_INLINE void axpy_rows(float* acc, const float* w, int64_t ws, const float* rows,
+                                   int64_t dp, int64_t n) {
   int64_t e = 0;
   for (; e + 32 <= dp; e += 32) axpy_chunk<4>(acc + e, w, ws, rows + e, dp, n);
   switch ((dp - e) / 8) {
@@ -202,14 +208,19 @@ struct Geometry {
   int64_t B, H, Lq, Lk, D, Dv, Dp, Dvp, off;
   float scale;
   bool causal;
-  DType sd;            // softmax dtype: f32, or a forced f16/bf16
+  DType sd;             // softmax dtype: f32, or a forced f16/bf16
   const uint8_t* mask;  // null, or [B, H, Lq, Lk] with strides ms
   int64_t ms[4];
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p) {
-  Geometry g{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), 0, 0, 0,
-             static_cast<float>(p.scale), p.causal, p.softmax_dtype, nullptr, {0, 0, 0, 0}};
+  Geometry g{q.size(0), q.size(1),
+             q.size(2), k.size(2),
+             q.size(3), v.size(3),
+             0,         0,
+             0,         static_cast<float>(p.scale),
+             p.causal,  p.softmax_dtype,
+             nullptr,   {0, 0, 0, 0}};
   g.Dp = (g.D + 7) / 8 * 8;
   g.Dvp = (g.Dv + 7) / 8 * 8;
   g.off = g.Lk - g.Lq;
@@ -225,15 +236,21 @@ template <class T>
 struct Rows {
   T* base;
   int64_t sb, sh, sl;
-  Rows(const Tensor& t) : base(static_cast<T*>(t.data_ptr())), sb(t.strides()[0]), sh(t.strides()[1]), sl(t.strides()[2]) {}
+  Rows(const Tensor& t)
+      : base(static_cast<T*>(t.data_ptr())),
+        sb(t.strides()[0]),
+        sh(t.strides()[1]),
+        sl(t.strides()[2]) {}
   T* slice(int64_t b, int64_t h) const { return base + b * sb + h * sh; }
 };
 
 // Sets s[j] = -inf for the keys j0 + j that row i may not see (and for j >= nc).
-void mask_row(float* s, const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t nc) {
+void mask_row(float* s, const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j0,
+              int64_t nc) {
   const uint8_t* mrow = g.mask ? g.mask + b * g.ms[0] + h * g.ms[1] + i * g.ms[2] : nullptr;
   for (int64_t j = 0; j < kBc; ++j) {
-    const bool vis = j < nc && (!g.causal || j0 + j <= i + g.off) && (!mrow || mrow[(j0 + j) * g.ms[3]] != 0);
+    const bool vis =
+        j < nc && (!g.causal || j0 + j <= i + g.off) && (!mrow || mrow[(j0 + j) * g.ms[3]] != 0);
     if (!vis) s[j] = -kInf;
   }
 }
@@ -241,7 +258,9 @@ bool row_needs_mask(const Geometry& g, int64_t i, int64_t j0, int64_t nc) {
   return nc < kBc || g.mask || (g.causal && j0 + nc - 1 > i + g.off);
 }
 // The first query row that sees any key of the tile starting at j0.
-int64_t first_row(const Geometry& g, int64_t j0) { return g.causal ? std::max<int64_t>(0, j0 - g.off) : 0; }
+int64_t first_row(const Geometry& g, int64_t j0) {
+  return g.causal ? std::max<int64_t>(0, j0 - g.off) : 0;
+}
 
 std::string declines(DType dt, DType sd, const Tensor& q, const Tensor& k, const Tensor& v) {
   const CpuFeatures& f = cpu_features();
@@ -259,14 +278,21 @@ std::string declines(DType dt, DType sd, const Tensor& q, const Tensor& k, const
 struct FwdBuffers {  // one per thread
   std::vector<float> qb, kr, kt, vr, acc, m, l, s;
   FwdBuffers(const Geometry& g)
-      : qb(kBr * g.Dp), kr(kBc * g.Dp), kt(g.Dp * kBc), vr(kBc * g.Dvp), acc(kBr * g.Dvp), m(kBr), l(kBr), s(kBc) {}
+      : qb(kBr * g.Dp),
+        kr(kBc * g.Dp),
+        kt(g.Dp * kBc),
+        vr(kBc * g.Dvp),
+        acc(kBr * g.Dvp),
+        m(kBr),
+        l(kBr),
+        s(kBc) {}
 };
 
 // One row's step over one key tile: scores, online softmax update, acc += p.v. Returns the
 // overflow count of the forced softmax rounding.
 template <class T>
-MIXPREC_AVX2 int64_t fwd_row_tile(const Geometry& g, FwdBuffers& w, int64_t b, int64_t h, int64_t r, int64_t i,
-                                  int64_t j0, int64_t nc) {
+MIXPREC_AVX2 int64_t fwd_row_tile(const Geometry& g, FwdBuffers& w, int64_t b, int64_t h, int64_t r,
+                                  int64_t i, int64_t j0, int64_t nc) {
   int64_t bad = 0;
   float* s = w.s.data();
   dot_tile(w.qb.data() + r * g.Dp, w.kt.data(), g.D, g.scale, s);
@@ -289,8 +315,9 @@ MIXPREC_AVX2 int64_t fwd_row_tile(const Geometry& g, FwdBuffers& w, int64_t b, i
 
 // Rows [i0, i0 + nr) of (b, h): o and lse.
 template <class T>
-MIXPREC_AVX2 int64_t fwd_unit(const Geometry& g, FwdBuffers& w, const Rows<const T>& q, const Rows<const T>& k,
-                              const Rows<const T>& v, const Rows<T>& o, float* lse, int64_t b, int64_t h, int64_t i0) {
+MIXPREC_AVX2 int64_t fwd_unit(const Geometry& g, FwdBuffers& w, const Rows<const T>& q,
+                              const Rows<const T>& k, const Rows<const T>& v, const Rows<T>& o,
+                              float* lse, int64_t b, int64_t h, int64_t i0) {
   const int64_t nr = std::min(kBr, g.Lq - i0);
   load_rows(q.slice(b, h), q.sl, i0, nr, g.D, g.Dp, kBr, w.qb.data(), nullptr);
   std::fill(w.m.begin(), w.m.end(), -kInf);
@@ -310,7 +337,8 @@ MIXPREC_AVX2 int64_t fwd_unit(const Geometry& g, FwdBuffers& w, const Rows<const
     const float inv = none ? std::numeric_limits<float>::quiet_NaN() : 1.0f / w.l[r];
     for (int64_t e = 0; e < g.Dvp; e += 8) store8(acc + e, load8(acc + e) * inv);
     narrow(acc, o.slice(b, h) + (i0 + r) * o.sl, g.Dv);
-    lse[(b * g.H + h) * g.Lq + i0 + r] = none ? std::numeric_limits<float>::quiet_NaN() : w.m[r] + std::log(w.l[r]);
+    lse[(b * g.H + h) * g.Lq + i0 + r] =
+        none ? std::numeric_limits<float>::quiet_NaN() : w.m[r] + std::log(w.l[r]);
   }
   return bad;
 }
@@ -338,16 +366,25 @@ void fwd_typed(const AttentionFwdProblem& p) {
 struct BwdBuffers {  // one per thread
   std::vector<float> qb, dob, kr, kt, vr, vt, dk, dv, pt, dst, dq, delta, tmp;
   BwdBuffers(const Geometry& g)
-      : qb(kBr * g.Dp), dob(kBr * g.Dvp), kr(kBc * g.Dp), kt(g.Dp * kBc), vr(kBc * g.Dvp), vt(g.Dvp * kBc),
+      : qb(kBr * g.Dp),
+        dob(kBr * g.Dvp),
+        kr(kBc * g.Dp),
+        kt(g.Dp * kBc),
+        vr(kBc * g.Dvp),
+        vt(g.Dvp * kBc),
         dk(kBc * g.Dp),
-        dv(kBc * g.Dvp), pt(kBr * kBc), dst(kBr * kBc), dq(g.Lq * g.Dp), delta(g.Lq),
+        dv(kBc * g.Dvp),
+        pt(kBr * kBc),
+        dst(kBr * kBc),
+        dq(g.Lq * g.Dp),
+        delta(g.Lq),
         tmp(std::max(g.Dp, g.Dvp) * 2) {}
 };
 
 // Row r (query i) against the tile: p (rounded to T) into pt, dS (rounded to T) into dst.
 template <class T>
-MIXPREC_AVX2 int64_t bwd_row_tile(const Geometry& g, BwdBuffers& w, float lse, int64_t b, int64_t h, int64_t r,
-                                  int64_t i, int64_t j0, int64_t nc) {
+MIXPREC_AVX2 int64_t bwd_row_tile(const Geometry& g, BwdBuffers& w, float lse, int64_t b, int64_t h,
+                                  int64_t r, int64_t i, int64_t j0, int64_t nc) {
   int64_t bad = 0, quiet = 0;
   const bool forced = g.sd != DType::f32;
   float* p = w.pt.data() + r * kBc;
@@ -371,13 +408,15 @@ MIXPREC_AVX2 int64_t bwd_row_tile(const Geometry& g, BwdBuffers& w, float lse, i
 
 // Rows [i0, i0 + nr) against the tile [j0, j0 + nc): dV, dK of the tile and dQ of the rows.
 template <class T>
-MIXPREC_AVX2 int64_t bwd_block(const Geometry& g, BwdBuffers& w, const Rows<const T>& q, const Rows<const T>& dout,
-                               const float* lse, int64_t b, int64_t h, int64_t i0, int64_t j0, int64_t nc) {
+MIXPREC_AVX2 int64_t bwd_block(const Geometry& g, BwdBuffers& w, const Rows<const T>& q,
+                               const Rows<const T>& dout, const float* lse, int64_t b, int64_t h,
+                               int64_t i0, int64_t j0, int64_t nc) {
   const int64_t nr = std::min(kBr, g.Lq - i0);
   load_rows(q.slice(b, h), q.sl, i0, nr, g.D, g.Dp, kBr, w.qb.data(), nullptr);
   load_rows(dout.slice(b, h), dout.sl, i0, nr, g.Dv, g.Dvp, kBr, w.dob.data(), nullptr);
   int64_t bad = 0;
-  for (int64_t r = 0; r < nr; ++r) bad += bwd_row_tile<T>(g, w, lse[i0 + r], b, h, r, i0 + r, j0, nc);
+  for (int64_t r = 0; r < nr; ++r)
+    bad += bwd_row_tile<T>(g, w, lse[i0 + r], b, h, r, i0 + r, j0, nc);
   for (int64_t j = 0; j < nc; ++j) {
     axpy_rows(w.dv.data() + j * g.Dvp, w.pt.data() + j, kBc, w.dob.data(), g.Dvp, nr);
     axpy_rows(w.dk.data() + j * g.Dp, w.dst.data() + j, kBc, w.qb.data(), g.Dp, nr);
@@ -389,8 +428,8 @@ MIXPREC_AVX2 int64_t bwd_block(const Geometry& g, BwdBuffers& w, const Rows<cons
 
 // delta[i] = sum_e dO[i][e] * o[i][e] (both T, f32 sums), rounded to a forced softmax dtype.
 template <class T>
-void row_deltas(const Geometry& g, BwdBuffers& w, const Rows<const T>& o, const Rows<const T>& dout, int64_t b,
-                int64_t h) {
+void row_deltas(const Geometry& g, BwdBuffers& w, const Rows<const T>& o, const Rows<const T>& dout,
+                int64_t b, int64_t h) {
   float* x = w.tmp.data();
   float* y = x + g.Dvp;
   int64_t quiet = 0;
@@ -405,7 +444,8 @@ void row_deltas(const Geometry& g, BwdBuffers& w, const Rows<const T>& o, const 
 
 // The rows [j0, j0 + n) of an f32 accumulator [.][dp], times `scale`, rounded into dst.
 template <class T>
-void store_rows(const float* acc, int64_t dp, int64_t n, int64_t d, float scale, T* dst, int64_t rs, float* tmp) {
+void store_rows(const float* acc, int64_t dp, int64_t n, int64_t d, float scale, T* dst, int64_t rs,
+                float* tmp) {
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t e = 0; e < d; ++e) tmp[e] = acc[j * dp + e] * scale;
     narrow(tmp, dst + j * rs, d);
@@ -419,7 +459,8 @@ void fill_nan_rows(T* base, int64_t rs, int64_t n, int64_t d) {
 }
 
 template <class T>
-int64_t bwd_unit(const Geometry& g, BwdBuffers& w, const AttentionBwdProblem& p, int64_t b, int64_t h) {
+int64_t bwd_unit(const Geometry& g, BwdBuffers& w, const AttentionBwdProblem& p, int64_t b,
+                 int64_t h) {
   const Rows<const T> q(p.q), k(p.k), v(p.v), o(p.o), dout(p.dout);
   const Rows<T> dq(p.dq), dk(p.dk), dv(p.dv);
   const float* lse = static_cast<const float*>(p.lse.data_ptr()) + (b * g.H + h) * g.Lq;
@@ -434,8 +475,10 @@ int64_t bwd_unit(const Geometry& g, BwdBuffers& w, const AttentionBwdProblem& p,
     std::fill(w.dv.begin(), w.dv.end(), 0.0f);
     for (int64_t i0 = first_row(g, j0); i0 < g.Lq; i0 += kBr)
       bad += bwd_block<T>(g, w, q, dout, lse, b, h, i0, j0, nc);
-    store_rows(w.dk.data(), g.Dp, nc, g.D, g.scale, dk.slice(b, h) + j0 * dk.sl, dk.sl, w.tmp.data());
-    store_rows(w.dv.data(), g.Dvp, nc, g.Dv, 1.0f, dv.slice(b, h) + j0 * dv.sl, dv.sl, w.tmp.data());
+    store_rows(w.dk.data(), g.Dp, nc, g.D, g.scale, dk.slice(b, h) + j0 * dk.sl, dk.sl,
+               w.tmp.data());
+    store_rows(w.dv.data(), g.Dvp, nc, g.Dv, 1.0f, dv.slice(b, h) + j0 * dv.sl, dv.sl,
+               w.tmp.data());
   }
   store_rows(w.dq.data(), g.Dp, g.Lq, g.D, g.scale, dq.slice(b, h), dq.sl, w.tmp.data());
   // A row without a distribution makes dK and dV of its slice NaN, as the composition does.
@@ -473,7 +516,8 @@ std::string flash_attention_declines(const AttentionFwdProblem& p) {
 }
 std::string flash_attention_bwd_declines(const AttentionBwdProblem& p) {
   std::string why = declines(p.q.dtype(), p.params.softmax_dtype, p.q, p.k, p.v);
-  if (why.empty() && p.dout.size(3) != 1 && p.dout.strides()[3] != 1) why = "a last dim that is not unit-stride";
+  if (why.empty() && p.dout.size(3) != 1 && p.dout.strides()[3] != 1)
+    why = "a last dim that is not unit-stride";
   return why;
 }
 

@@ -39,7 +39,8 @@ Tensor masked_scores(const Tensor& q, const Tensor& k, const AttentionParams& pr
   Tensor s = Tensor::empty({B, H, Lq, Lk}, {.dtype = ct});
   ref::matmul(MatmulProblem{.a = q, .b = k.transpose(2, 3), .bias = {}, .out = s});
   const int64_t off = Lk - Lq;
-  const uint8_t* mb = prm.mask.defined() ? static_cast<const uint8_t*>(prm.mask.data_ptr()) : nullptr;
+  const uint8_t* mb =
+      prm.mask.defined() ? static_cast<const uint8_t*>(prm.mask.data_ptr()) : nullptr;
   const Strides ms = prm.mask.defined() ? prm.mask.strides() : Strides(4, 0);
   visit_compute(ct, [&]<class C>() {
     C* sp = static_cast<C*>(s.data_ptr());
@@ -50,7 +51,8 @@ Tensor masked_scores(const Tensor& q, const Tensor& k, const AttentionParams& pr
           const uint8_t* mrow = mb ? mb + b * ms[0] + h * ms[1] + i * ms[2] : nullptr;
           for (int64_t j = 0; j < Lk; ++j) {
             const bool visible = (!prm.causal || j <= i + off) && (!mrow || mrow[j * ms[3]] != 0);
-            row[j] = visible ? row[j] * static_cast<C>(prm.scale) : -std::numeric_limits<C>::infinity();
+            row[j] =
+                visible ? row[j] * static_cast<C>(prm.scale) : -std::numeric_limits<C>::infinity();
           }
         }
   });
@@ -67,7 +69,8 @@ Tensor to_softmax_dtype(const Tensor& t, const AttentionParams& prm) {
       const C* a = static_cast<const C*>(t.data_ptr());  // t: a fresh contiguous ct tensor
       const Tensor w = packed(r, t.dtype());
       const C* b = static_cast<const C*>(w.data_ptr());
-      for (int64_t i = 0; i < t.numel(); ++i) *prm.softmax_nonfinite += std::isfinite(a[i]) && !std::isfinite(b[i]);
+      for (int64_t i = 0; i < t.numel(); ++i)
+        *prm.softmax_nonfinite += std::isfinite(a[i]) && !std::isfinite(b[i]);
     });
   return r;
 }
@@ -81,7 +84,8 @@ Tensor probabilities(const Tensor& s, const AttentionParams& prm) {
 }
 
 // out = a @ b in ct (both widened to ct), then rounded once into `dst` (any strides).
-void matmul_into(const Tensor& a, const Tensor& b, const Tensor& dst, DType ct, double scale = 1.0) {
+void matmul_into(const Tensor& a, const Tensor& b, const Tensor& dst, DType ct,
+                 double scale = 1.0) {
   Shape shape = a.shape();
   shape.back() = b.size(-1);
   Tensor out = Tensor::empty(shape, {.dtype = ct});
@@ -127,7 +131,8 @@ void attention_bwd(const AttentionBwdProblem& p) {
   const Tensor pc = packed(prob, ct), dout = packed(p.dout, ct);
   matmul_into(pc.transpose(2, 3), dout, p.dv, ct);
   Tensor dp = Tensor::empty(pc.shape(), {.dtype = ct});
-  ref::matmul(MatmulProblem{.a = dout, .b = packed(p.v, ct).transpose(2, 3), .bias = {}, .out = dp});
+  ref::matmul(
+      MatmulProblem{.a = dout, .b = packed(p.v, ct).transpose(2, 3), .bias = {}, .out = dp});
   // dS in ct from P and dP as the softmax holds them, then rounded to the softmax dtype.
   const Tensor dps = packed(to_softmax_dtype(dp, p.params), ct);
   Tensor ds = Tensor::empty(pc.shape(), {.dtype = ct});
