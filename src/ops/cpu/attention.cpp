@@ -134,19 +134,14 @@ void round_softmax_row(float* x, int64_t n, DType sd, int64_t& bad) {
 
 // ---------------------------------------------------------------- tiles and products
 
+// Rows between T and f32 (convert_row picks the vector path; f32 is a copy).
 template <class T>
 void widen(const T* src, float* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  else if constexpr (std::is_same_v<T, bf16>) bf16_to_f32_row(src, dst, n);
-  else f16_to_f32_row(src, dst, n);
+  convert_row(src, dtype_of<T>(), dst, DType::f32, n);
 }
 template <class T>
 void narrow(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>)
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  else if constexpr (std::is_same_v<T, bf16>) f32_to_bf16_row(src, dst, n);
-  else f32_to_f16_row(src, dst, n);
+  convert_row(src, DType::f32, dst, dtype_of<T>(), n);
 }
 
 // Rows [j0, j0 + n) (n <= rows_cap) of a slice with row stride rs, widened into `rows`
