@@ -6,10 +6,10 @@
 #include <omp.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "kernel_test_util.h"
-#include "mixprec/ops/autocast.h"
 #include "op_test_util.h"
 #include "ops/attention_problem.h"
 #include "ops/dispatch.h"
@@ -23,16 +23,24 @@ struct Result {
   Tensor o, dq, dk, dv;
 };
 
-// Output and gradients of sum(o * w) (w fixed, random) through kernel `impl` ("flash" or "ref").
-Result run(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& opt,
-           const char* impl) {
+// Output and gradients of sum(o * w) (w fixed, random), o = attn(q, k, v), through kernel
+// `impl` ("flash" or "ref").
+using Attn = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>;
+Result run_with(const Attn& attn, const Tensor& q, const Tensor& k, const Tensor& v,
+                const char* impl) {
   ops::ForceImpl force(impl);
   V in{q.detach().clone().set_requires_grad(true), k.detach().clone().set_requires_grad(true),
        v.detach().clone().set_requires_grad(true)};
-  const Tensor o = ops::scaled_dot_product_attention(in[0], in[1], in[2], opt);
+  const Tensor o = attn(in[0], in[1], in[2]);
   const Tensor w = random(o.shape(), 77, DType::f32);
   const V g = grad(ops::sum(ops::mul(o.astype(DType::f32), w)), in);
   return {o.detach(), g[0], g[1], g[2]};
+}
+Result run(const Tensor& q, const Tensor& k, const Tensor& v, const ops::AttentionOptions& opt,
+           const char* impl) {
+  return run_with([&](const Tensor& a, const Tensor& b,
+                      const Tensor& c) { return ops::scaled_dot_product_attention(a, b, c, opt); },
+                  q, k, v, impl);
 }
 
 // |a - e| <= rel * |e| + abs_frac * max(1, max|e|) elementwise (NaN matching NaN): attention's
@@ -316,17 +324,24 @@ TEST(Attention, SoftmaxForcedIntoSixteenBitsMatchesTheReference) {
   const Tensor q = random({2, 2, 40, 32}, 81, DType::f32, -2, 2),
                k = random({2, 2, 40, 32}, 82, DType::f32, -2, 2);
   const Tensor v = random({2, 2, 40, 32}, 83, DType::f32);
+  // A cell whose custom white list names only attention_softmax: q, k, v stay f32.
+  struct Cell : nn::Cell {
+    Tensor v;
+    Tensor construct(const Tensor& q, const Tensor& k) override {
+      return ops::scaled_dot_product_attention(q, k, v, {.causal = true});
+    }
+  };
   for (DType low : {DType::f16, DType::bf16}) {
-    AutocastState st;
-    st.level = AmpLevel::O1;
-    st.low = low;
-    st.policy_override[static_cast<size_t>(OpId::attention_softmax)] = AmpPolicy::to_low;
-    AutocastScope scope(st);
-    const Result fused = run(q, k, v, {.causal = true}, "flash"),
-                 ref = run(q, k, v, {.causal = true}, "ref");
+    Cell cell;
+    amp::custom_mixed_precision(cell, {.white_list = {"attention_softmax"}}, low);
+    const Attn forced = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      cell.v = c;
+      return cell(a, b);
+    };
+    const Result fused = run_with(forced, q, k, v, "flash"), ref = run_with(forced, q, k, v, "ref");
+    EXPECT_EQ(fused.o.dtype(), DType::f32);
     EXPECT_TRUE(same_result(fused, ref, fused_tol(low))) << dtype_name(low);
     // It is not the f32 softmax: the scores' rounding moves the output by more than f32 noise.
-    AutocastScope off{AutocastState{}};
     const Result exact = run(q, k, v, {.causal = true}, "ref");
     EXPECT_FALSE(close(fused.o, exact.o, 0, 1e-5)) << dtype_name(low);
   }
