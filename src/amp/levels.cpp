@@ -1,4 +1,5 @@
-// AMP levels and lists: what auto_mixed_precision and custom_mixed_precision set on a network.
+// AMP levels and lists: the autocast rules of each level (amp/level.h), and what
+// auto_mixed_precision and custom_mixed_precision set on a network.
 // The lists are the registry's policy column (ops/registry.h); names accepted from users are op
 // names or MindSpore cell names, and a name that could not change what runs is refused with the
 // reason (every accepted name takes effect).
@@ -8,9 +9,64 @@
 #include <string>
 
 #include "mixprec/amp/amp.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/error.h"
 
-namespace mixprec::amp {
+namespace mixprec {
+
+std::string_view amp_level_name(AmpLevel level) {
+  switch (level) {
+    case AmpLevel::O0: return "O0";
+    case AmpLevel::O1: return "O1";
+    case AmpLevel::O2: return "O2";
+    case AmpLevel::O3: return "O3";
+    case AmpLevel::auto_: return "auto";
+  }
+  return "?";
+}
+
+AmpLevel parse_amp_level(std::string_view s) {
+  std::string l(s);
+  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "o0") return AmpLevel::O0;
+  if (l == "o1") return AmpLevel::O1;
+  if (l == "o2") return AmpLevel::O2;
+  if (l == "o3") return AmpLevel::O3;
+  if (l == "auto") return AmpLevel::auto_;
+  MIXPREC_CHECK(false, "unknown amp_level '", s, "'; valid levels: O0, O1, O2, O3, auto",
+                Hint{"O0 is fp32; O2 (bf16/f16 except the black list, fp32 BatchNorm) is the "
+                     "usual choice"});
+  return AmpLevel::O0;
+}
+
+namespace amp {
+
+AutocastState level_state(AmpLevel level, DType low, std::optional<bool> keep_norm_fp32) {
+  AutocastState s;
+  s.low = low;
+  s.keep_norm_fp32 = keep_norm_fp32.value_or(level == AmpLevel::O2);
+  auto rule = [&s](AmpPolicy p) -> CastRule& { return s.rules[static_cast<size_t>(p)]; };
+  switch (level) {
+    case AmpLevel::O0:
+      break;
+    case AmpLevel::O1:
+      rule(AmpPolicy::to_low) = CastRule::low_out_f32;
+      break;
+    case AmpLevel::O2:
+    case AmpLevel::O3:
+      s.rules.fill(CastRule::low);
+      if (level == AmpLevel::O2) rule(AmpPolicy::to_fp32) = CastRule::f32_out_low;
+      s.norm_rule = CastRule::low;
+      s.cast_every_cell = true;
+      break;
+    case AmpLevel::auto_:
+      rule(AmpPolicy::to_low) = CastRule::low;
+      rule(AmpPolicy::to_fp32) = CastRule::f32;
+      rule(AmpPolicy::promote) = CastRule::widest;
+      break;
+  }
+  return s;
+}
 
 DType default_low_dtype(Device device) { return device.is_cuda() ? DType::f16 : DType::bf16; }
 
@@ -36,9 +92,7 @@ void auto_mixed_precision(nn::Cell& network, Level level, DType dtype, std::opti
     return;
   }
   nn::AmpConfig config;
-  config.state.level = level;
-  config.state.low = dtype;
-  config.state.keep_norm_fp32 = keep_bn.value_or(level == Level::O2);
+  config.state = level_state(level, dtype, keep_bn);
   config.cache = std::make_shared<CastCache>();
   config.state.cache = config.cache.get();
   config.cast_output_to_fp32 = level != Level::auto_;
@@ -109,18 +163,15 @@ void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType d
   MIXPREC_CHECK(lists.white_list.empty() != lists.black_list.empty(),
                 "custom_mixed_precision: give exactly one of white_list and black_list");
   nn::AmpConfig config;
-  config.state.low = dtype;
+  config.state = level_state(lists.white_list.empty() ? Level::O2 : Level::O1, dtype, false);
   config.cache = std::make_shared<CastCache>();
   config.state.cache = config.cache.get();
   config.cast_output_to_fp32 = true;
   auto& ov = config.state.policy_override;
   if (!lists.white_list.empty()) {
-    config.state.level = Level::O1;
     for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;
     for (const auto& n : lists.white_list) ov[static_cast<size_t>(resolve_listed(n, true))] = AmpPolicy::to_low;
   } else {
-    config.state.level = Level::O2;
-    config.state.keep_norm_fp32 = false;
     for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;
     for (const auto& n : lists.black_list) {
       const OpId id = resolve_listed(n, false);
@@ -131,4 +182,5 @@ void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType d
   network.set_amp_config(std::move(config));
 }
 
-}  // namespace mixprec::amp
+}  // namespace amp
+}  // namespace mixprec

@@ -30,7 +30,7 @@ Tensor Cell::call(Fn&& fn) {
   // network or a to_float cell: MindSpore flags all of those cells (to_float is recursive) and a
   // flagged cell casts its inputs at its boundary.
   const AutocastState& outer = autocast_state();
-  const bool flagged = outer.forced.has_value() || outer.level == AmpLevel::O2 || outer.level == AmpLevel::O3;
+  const bool flagged = outer.forced.has_value() || outer.cast_every_cell;
   CellCallScope call_scope(amp_.has_value() || float_dtype_.has_value() || flagged);
   std::optional<AutocastScope> amp_scope, float_scope;
   if (amp_) amp_scope.emplace(amp_->state);

@@ -1,11 +1,10 @@
-// Autocast: the thread-local state, the per-op cast decision for each AMP level, the weight cast
-// cache, the op trace recorder and the cell-path stack. The decision table is DESIGN.md's
-// "AMP semantics"; tests/amp checks what actually ran against it.
+// Autocast: the thread-local state, the per-op cast decision (the state's rule for the op's
+// policy, after the user's explicit casts and to_float), the weight cast cache, the op trace
+// recorder and the cell-path stack. Which rules a level sets is amp's (amp/level.h).
 #include "mixprec/ops/autocast.h"
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 
 #include "mixprec/error.h"
 
@@ -28,40 +27,35 @@ std::atomic<uint64_t> g_next_call_id{kOutsideCells + 1};
 
 }  // namespace
 
-std::string_view amp_level_name(AmpLevel level) {
-  switch (level) {
-    case AmpLevel::O0: return "O0";
-    case AmpLevel::O1: return "O1";
-    case AmpLevel::O2: return "O2";
-    case AmpLevel::O3: return "O3";
-    case AmpLevel::auto_: return "auto";
-  }
-  return "?";
-}
-
-AmpLevel parse_amp_level(std::string_view s) {
-  std::string l(s);
-  for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (l == "o0") return AmpLevel::O0;
-  if (l == "o1") return AmpLevel::O1;
-  if (l == "o2") return AmpLevel::O2;
-  if (l == "o3") return AmpLevel::O3;
-  if (l == "auto") return AmpLevel::auto_;
-  MIXPREC_CHECK(false, "unknown amp_level '", s, "'; valid levels: O0, O1, O2, O3, auto",
-                Hint{"O0 is fp32; O2 (bf16/f16 except the black list, fp32 BatchNorm) is the "
-                     "usual choice"});
-  return AmpLevel::O0;
-}
-
 // ------------------------------------------------------------------ state and decisions
 
 const AutocastState& autocast_state() { return t_state; }
 
-bool autocast_active() { return t_state.level != AmpLevel::O0 || t_state.forced.has_value(); }
+bool autocast_active() {
+  const AutocastState& s = t_state;
+  return s.forced.has_value() || s.norm_rule.has_value() ||
+         std::any_of(s.rules.begin(), s.rules.end(), [](CastRule r) { return r != CastRule::keep; });
+}
 
 AmpPolicy effective_policy(OpId op) {
   const auto& o = t_state.policy_override[static_cast<size_t>(op)];
   return o ? *o : op_info(op).policy;
+}
+
+static CastDecision apply_rule(CastRule rule, DType low, const std::vector<DType>& float_inputs) {
+  switch (rule) {
+    case CastRule::keep: return {};
+    case CastRule::low: return {.input = low};
+    case CastRule::low_out_f32: return {.input = low, .output = DType::f32};
+    case CastRule::f32: return {.input = DType::f32};
+    case CastRule::f32_out_low: return {.input = DType::f32, .output = low};
+    case CastRule::widest: {
+      DType widest = float_inputs[0];
+      for (DType d : float_inputs) widest = promote(widest, d);
+      return {.input = widest};
+    }
+  }
+  return {};
 }
 
 CastDecision autocast_decision(OpId op, const std::vector<DType>& float_inputs,
@@ -79,36 +73,11 @@ CastDecision autocast_decision(OpId op, const std::vector<DType>& float_inputs,
     return {.input = *explicit_dtype};
   }
   if (s.forced) return {.input = *s.forced};  // to_float wins over the lists, norms included
-  const AmpPolicy policy = effective_policy(op);
-  switch (s.level) {
-    case AmpLevel::O0:
-      return {};
-    case AmpLevel::O1:
-      if (policy == AmpPolicy::to_low) return {.input = low, .output = DType::f32};
-      return {};
-    case AmpLevel::O2:
-      if (norm) {
-        if (s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
-        return {.input = low};
-      }
-      if (policy == AmpPolicy::to_fp32) return {.input = DType::f32, .output = low};
-      return {.input = low};
-    case AmpLevel::O3:
-      if (norm && s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
-      return {.input = low};
-    case AmpLevel::auto_:
-      switch (policy) {
-        case AmpPolicy::to_low: return {.input = low};
-        case AmpPolicy::to_fp32: return {.input = DType::f32};
-        case AmpPolicy::promote: {
-          DType widest = float_inputs[0];
-          for (DType d : float_inputs) widest = promote(widest, d);
-          return {.input = widest};
-        }
-        case AmpPolicy::keep: return {};
-      }
+  if (norm && s.norm_rule) {
+    if (s.keep_norm_fp32) return {.norm_fp32_mixed_io = true};
+    return apply_rule(*s.norm_rule, low, float_inputs);
   }
-  return {};
+  return apply_rule(s.rules[static_cast<size_t>(effective_policy(op))], low, float_inputs);
 }
 
 AutocastScope::AutocastScope(const AutocastState& state) : prev_(t_state) { t_state = state; }

@@ -5,6 +5,7 @@
 // over the level, lists and error messages; custom lists accept only names that change what runs.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <optional>
 
@@ -74,6 +75,35 @@ TEST(AmpLevels, EveryExecutedOpRunsInTheDesignDtype) {
       }
     }
   }
+}
+
+TEST(AmpLevels, EachLevelIsOneRuleTableForTheOpsMechanism) {
+  // amp/level.h turns a level into the rules ops/autocast.h applies: one per policy (keep,
+  // to_low, to_fp32, promote), the norms' rule, and whether every cell casts at its boundary.
+  using R = CastRule;
+  struct Want {
+    AmpLevel level;
+    std::array<R, kNumAmpPolicies> rules;
+    std::optional<R> norm;
+    bool every_cell, keep_bn;
+  };
+  for (const Want& w : {Want{AmpLevel::O0, {R::keep, R::keep, R::keep, R::keep}, {}, false, false},
+                        Want{AmpLevel::O1, {R::keep, R::low_out_f32, R::keep, R::keep}, {}, false, false},
+                        Want{AmpLevel::O2, {R::low, R::low, R::f32_out_low, R::low}, R::low, true, true},
+                        Want{AmpLevel::O3, {R::low, R::low, R::low, R::low}, R::low, true, false},
+                        Want{AmpLevel::auto_, {R::keep, R::low, R::f32, R::widest}, {}, false, false}}) {
+    const AutocastState s = amp::level_state(w.level, DType::f16);
+    EXPECT_EQ(s.rules, w.rules) << amp_level_name(w.level);
+    EXPECT_EQ(s.norm_rule, w.norm) << amp_level_name(w.level);
+    EXPECT_EQ(s.cast_every_cell, w.every_cell) << amp_level_name(w.level);
+    EXPECT_EQ(s.keep_norm_fp32, w.keep_bn) << amp_level_name(w.level);
+    EXPECT_EQ(s.low, DType::f16);
+    EXPECT_FALSE(s.forced.has_value());
+    AutocastScope scope(s);
+    EXPECT_EQ(autocast_active(), w.level != AmpLevel::O0) << amp_level_name(w.level);
+  }
+  EXPECT_TRUE(amp::level_state(AmpLevel::O3, DType::bf16, true).keep_norm_fp32);
+  EXPECT_FALSE(amp::level_state(AmpLevel::O2, DType::bf16, false).keep_norm_fp32);
 }
 
 TEST(AmpLevels, NetworkOutputIsFp32FromO1ToO3) {

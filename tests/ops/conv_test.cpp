@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "mixprec/cpu_features.h"
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
@@ -531,9 +531,7 @@ TEST(Conv2d, AutocastO1RunsInLowAndReturnsF32) {
   const Tensor x = random({1, 2, 6, 6}, 93, DType::f32);
   const Tensor w = random({3, 2, 3, 3}, 94, DType::f32);
   std::vector<OpRecord> trace;
-  AutocastState s;
-  s.level = AmpLevel::O1;
-  s.low = DType::bf16;
+  AutocastState s = amp::level_state(AmpLevel::O1, DType::bf16);
   Tensor y;
   {
     AutocastScope scope(s);

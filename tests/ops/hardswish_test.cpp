@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
 
@@ -78,8 +78,7 @@ TEST(Hardswish, AmpPolicyKeepRunsInTheInputDtype) {
   for (AmpLevel level : {AmpLevel::O1, AmpLevel::O2}) {
     std::vector<OpRecord> trace;
     OpRecorder rec(&trace);
-    AutocastState s;
-    s.level = level;
+    AutocastState s = amp::level_state(level);
     AutocastScope scope(s);
     // O1 leaves it in f32 (not on the white list); O2 casts it to the low dtype, like every
     // op that is not on the black list.

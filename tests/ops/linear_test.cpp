@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gemm_test_util.h"
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/version.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"
@@ -123,9 +123,7 @@ TEST(Linear, AutocastO1KeepsMasterGradientsUnrounded) {
   Tensor b = random({8}, 62, DType::f32).set_requires_grad(true);
   const Tensor g = random({16, 8}, 63, DType::bf16).astype(DType::f32);  // exact in bf16
   {
-    AutocastState o1;
-    o1.level = AmpLevel::O1;
-    o1.low = DType::bf16;
+    AutocastState o1 = amp::level_state(AmpLevel::O1, DType::bf16);
     AutocastScope scope(o1);
     const Tensor y = ops::linear(x, w, b);
     EXPECT_EQ(y.dtype(), DType::f32);  // O1 casts the white-list op's output back

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "op_test_util.h"
 
 namespace mixprec {
@@ -151,8 +151,7 @@ TEST(SoftmaxCrossEntropy, EveryDtypeMatchesF64AndReturnsF32) {
 TEST(SoftmaxCrossEntropy, LossStaysF32UnderO2) {
   std::vector<OpRecord> trace;
   OpRecorder rec(&trace);
-  AutocastState s;
-  s.level = AmpLevel::O2;
+  AutocastState s = amp::level_state(AmpLevel::O2);
   AutocastScope scope(s);
   Tensor x = random({4, 3}, 7, DType::bf16).set_requires_grad(true);
   const Tensor l = ce(x, i64({0, 1, 2, 0}), true, Reduction::mean);

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/version.h"
 #include "kernel_test_util.h"
 #include "op_test_util.h"
@@ -166,9 +166,7 @@ TEST(BatchNorm, AmpDecisionsAndRecordedComputeDtype) {
                        Case{AmpLevel::O3, false, DType::bf16, DType::bf16}}) {
     std::vector<OpRecord> trace;
     OpRecorder rec(&trace);
-    AutocastState s;
-    s.level = c.level;
-    s.keep_norm_fp32 = c.keep;
+    AutocastState s = amp::level_state(c.level, DType::bf16, c.keep);
     AutocastScope scope(s);
     Tensor rm = zeros({3}), rv = ones({3});
     const Tensor xin = c.level == AmpLevel::O2 ? x : x.astype(DType::bf16);

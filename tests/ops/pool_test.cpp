@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "mixprec/cpu_features.h"
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
@@ -336,8 +336,7 @@ TEST(Pool2d, RunsInTheInputDtype) {
   EXPECT_EQ(ops::max_pool2d(x).dtype(), DType::bf16);
   EXPECT_EQ(ops::avg_pool2d(x).dtype(), DType::bf16);
   EXPECT_EQ(ops::adaptive_avg_pool2d(x, {1, 1}).dtype(), DType::bf16);
-  AutocastState s;
-  s.level = AmpLevel::O1;
+  AutocastState s = amp::level_state(AmpLevel::O1);
   AutocastScope scope(s);  // policy keep: an f32 input stays f32 at O1
   EXPECT_EQ(ops::max_pool2d(x.astype(DType::f32)).dtype(), DType::f32);
   EXPECT_EQ(ops::avg_pool2d(x.astype(DType::f32)).dtype(), DType::f32);

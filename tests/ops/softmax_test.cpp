@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "mixprec/ops/autocast.h"
+#include "mixprec/amp/level.h"
 #include "mixprec/version.h"
 #include "kernel_test_util.h"
 #include "op_test_util.h"
@@ -88,8 +88,7 @@ TEST(Softmax, NonContiguousInput) {
 TEST(Softmax, ComputesInF32UnderO2) {
   std::vector<OpRecord> trace;
   OpRecorder rec(&trace);
-  AutocastState s;
-  s.level = AmpLevel::O2;
+  AutocastState s = amp::level_state(AmpLevel::O2);
   AutocastScope scope(s);
   const Tensor y = ops::softmax(random({2, 8}, 6, DType::bf16));
   EXPECT_EQ(y.dtype(), DType::bf16);  // black-list op: f32 inside, cast back to low after

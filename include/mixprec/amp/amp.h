@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mixprec/amp/level.h"
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/nn/cell.h"
 #include "mixprec/ops/autocast.h"

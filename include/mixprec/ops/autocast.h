@@ -1,5 +1,6 @@
-// The thread-local precision scope that op dispatch consults (AMP's mechanism; the amp layer
-// decides the policy: levels, lists, to_float, and wires the cast cache to optimizers).
+// The thread-local precision scope that op dispatch consults (AMP's mechanism: the per-op cast
+// rules and the policy lookup). The amp layer decides the policy: it turns levels into rules
+// (amp/level.h), sets lists and to_float, and wires the cast cache to optimizers.
 // A scope is pushed by RAII (AutocastScope) and restores the previous state when it ends; there
 // is no global AMP state. Also here: the per-op trace (which op ran in which dtype, in which
 // cell) that the precision table and the AMP tests read, and the cell-path stack cells push.
@@ -17,11 +18,6 @@
 #include "mixprec/tensor.h"
 
 namespace mixprec {
-
-enum class AmpLevel : uint8_t { O0, O1, O2, O3, auto_ };
-std::string_view amp_level_name(AmpLevel level);
-// "O0".."O3", "auto" (case-insensitive "o2" too); throws listing the valid levels otherwise.
-AmpLevel parse_amp_level(std::string_view s);
 
 // Low-precision copies of fp32 tensors (weights), keyed by storage id and checked against the
 // storage version, so an in-place change or an optimizer step invalidates the entry.
@@ -74,13 +70,31 @@ struct OpRecord {
   bool input_requires_grad = false; // the first input needs a gradient (a backward-data pass)
 };
 
+// What autocast does to the floating inputs (and the output) of an op, by the op's policy.
+enum class CastRule : uint8_t {
+  keep,         // no cast: the op runs in its input dtype
+  low,          // inputs to the low dtype
+  low_out_f32,  // inputs to the low dtype, the output back to f32 (O1's white list)
+  f32,          // inputs to f32
+  f32_out_low,  // inputs to f32, the output back to the low dtype (O2's black list)
+  widest,       // inputs to the widest floating input dtype (promote)
+};
+
+// The default state (every rule keep, nothing forced) is autocast off.
 struct AutocastState {
-  AmpLevel level = AmpLevel::O0;
+  // The rule for an op of each policy, indexed by AmpPolicy (see amp::level_state).
+  std::array<CastRule, kNumAmpPolicies> rules{};
+  // Norms (OpKind::norm) follow this rule instead of their policy's when set (O2, O3).
+  std::optional<CastRule> norm_rule{};
+  // Every cell called inside casts its inputs at its boundary (O2/O3: MindSpore flags every
+  // sub-cell), so explicit casts made outside a cell are not honoured inside it.
+  bool cast_every_cell = false;
   DType low = DType::bf16;
   // Set inside a cell with to_float(dtype): every floating input is cast to it (wins over lists).
   std::optional<DType> forced{};
-  // Norms (BatchNorm, LayerNorm) keep fp32 parameters, statistics and arithmetic (activations
-  // may stay low) when set; to_float (forced) and an explicit cast win over it.
+  // Norms (BatchNorm, LayerNorm) that norm_rule would cast keep fp32 parameters, statistics and
+  // arithmetic (activations may stay low) when set; to_float (forced) and an explicit cast win
+  // over it.
   bool keep_norm_fp32 = false;
   // custom_mixed_precision: per-op policy overrides of the registry defaults.
   std::array<std::optional<AmpPolicy>, kNumOps> policy_override{};
