@@ -18,6 +18,7 @@ PACKAGES=(
   libgtest-dev googletest libbenchmark-dev  # tests and benchmarks
   dataset-fashion-mnist                 # the default training data
   fortunes                              # gpt-tiny's text: TextDataset reads /usr/share/games/fortunes
+  libopenmpi-dev openmpi-bin            # data parallel: mpirun -np N mixprec train
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
   chromium                              # tests: the HTML run report rendered in a real browser
   python3-dev pybind11-dev              # the mixprec Python module (python/)
