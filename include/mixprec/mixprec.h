@@ -28,6 +28,7 @@
 #include "mixprec/nn/distributed.h"
 #include "mixprec/nn/init.h"
 #include "mixprec/nn/layers.h"
+#include "mixprec/nn/transformer.h"
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
 #include "mixprec/ops/ops.h"

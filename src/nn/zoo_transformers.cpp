@@ -1,0 +1,59 @@
+// The zoo's transformers, vit-tiny and gpt-tiny, defined exactly as issue 15 says so that the
+// PyTorch peer can match them layer for layer. Embeddings, the class token and the position
+// tables start from Normal(0.02); Dense and Conv2d keep their defaults; the patch Conv2d has a
+// bias (a ViT patch embedding is a biased linear map of each patch).
+#include "mixprec/error.h"
+#include "mixprec/nn/zoo.h"
+
+namespace mixprec::nn {
+
+static void add_blocks(SequentialCell& blocks, int n, int64_t width, int64_t heads, bool causal) {
+  for (int i = 0; i < n; ++i)
+    blocks.append(make<TransformerEncoderLayer>(
+        width, heads, TransformerEncoderLayerOptions{.dim_feedforward = 4 * width, .causal = causal}));
+}
+
+VitTiny::VitTiny()
+    : patch(1, 64, 4, {.stride = {4, 4}, .pad_mode = PadMode::valid, .has_bias = true,
+                       .memory_format = ops::MemoryFormat::contiguous}),
+      pos(50, 64), norm({64}, 1e-5), head(64, 10) {
+  register_cell("patch", patch);
+  cls_token = register_parameter("cls_token", init::initialize(init::Normal(0.02), {1, 1, 64}));
+  register_cell("pos", pos);
+  add_blocks(blocks, 4, 64, 4, false);
+  register_cell("blocks", blocks);
+  register_cell("norm", norm);
+  register_cell("head", head);
+}
+
+Tensor VitTiny::construct(const Tensor& x) {
+  MIXPREC_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
+                "vit-tiny: expected input [N, 1, 28, 28], got ", shape_str(x.shape()));
+  const int64_t n = x.size(0);
+  Tensor y = ops::transpose(ops::flatten(patch(x), 2), 1, 2);  // [N, 49, 64]
+  y = ops::concat({ops::broadcast_to(ops::amp_cast(cls_token, y.dtype()), {n, 1, 64}), y}, 1);
+  y = pos(y);
+  y = blocks(y);
+  return head(ops::squeeze(ops::slice(norm(y), 1, 0, 1), 1));
+}
+
+GptTiny::GptTiny() : tok(kVocab, kWidth, init::Normal(0.02)), pos(kContext, kWidth), norm({kWidth}, 1e-5),
+                     head(kWidth, kVocab) {
+  register_cell("tok", tok);
+  register_cell("pos", pos);
+  add_blocks(blocks, 4, kWidth, 4, true);
+  register_cell("blocks", blocks);
+  register_cell("norm", norm);
+  register_cell("head", head);
+}
+
+Tensor GptTiny::construct(const Tensor& tokens) {
+  MIXPREC_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1 && tokens.size(1) <= kContext,
+                "gpt-tiny: expected tokens [B, L] with 1 <= L <= ", kContext, ", got ",
+                shape_str(tokens.shape()));
+  // TextDataset's windows are bytes (u8); the embedding takes i32/i64 indices.
+  Tensor y = pos(tok(tokens.dtype() == DType::u8 ? ops::cast(tokens, DType::i32) : tokens));
+  return head(norm(blocks(y)));
+}
+
+}  // namespace mixprec::nn
