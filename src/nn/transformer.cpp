@@ -35,6 +35,14 @@ Tensor MultiheadAttention::construct(const Tensor& x) {
   return merge_heads(ops::scaled_dot_product_attention(q, k, v, {.causal = causal_}));
 }
 
+Tensor MultiheadAttention::forward_cached(const Tensor& x, KVCache& cache) {
+  const auto [q, k, v] = project_qkv(x);
+  cache.k = cache.k.defined() ? ops::concat({cache.k, k}, 2) : ops::contiguous(k);
+  cache.v = cache.v.defined() ? ops::concat({cache.v, v}, 2) : ops::contiguous(v);
+  // Causal attention is bottom-right aligned: new query i sees every cached key and new keys <= i.
+  return merge_heads(ops::scaled_dot_product_attention(q, cache.k, cache.v, {.causal = causal_}));
+}
+
 std::string MultiheadAttention::extra_repr() const {
   return "embed_dim=" + std::to_string(embed_dim_) + ", num_heads=" + std::to_string(num_heads_) +
          (causal_ ? ", causal=true" : "");
@@ -57,6 +65,10 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& y) {
 
 Tensor TransformerEncoderLayer::construct(const Tensor& x) {
   return feed_forward(ops::add(x, self_attn(norm1(x))));
+}
+
+Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KVCache& cache) {
+  return feed_forward(ops::add(x, self_attn.forward_cached(norm1(x), cache)));
 }
 
 PositionEmbedding::PositionEmbedding(int64_t n, int64_t dim, init::Initializer init)

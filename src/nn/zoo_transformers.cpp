@@ -2,6 +2,10 @@
 // PyTorch peer can match them layer for layer. Embeddings, the class token and the position
 // tables start from Normal(0.02); Dense and Conv2d keep their defaults; the patch Conv2d has a
 // bias (a ViT patch embedding is a biased linear map of each patch).
+#include <algorithm>
+#include <cmath>
+
+#include "mixprec/graph.h"
 #include "mixprec/error.h"
 #include "mixprec/nn/zoo.h"
 
@@ -54,6 +58,60 @@ Tensor GptTiny::construct(const Tensor& tokens) {
   // TextDataset's windows are bytes (u8); the embedding takes i32/i64 indices.
   Tensor y = pos(tok(tokens.dtype() == DType::u8 ? ops::cast(tokens, DType::i32) : tokens));
   return head(norm(blocks(y)));
+}
+
+Tensor GptTiny::forward_cached(const Tensor& tokens, std::vector<KVCache>& caches) {
+  MIXPREC_CHECK(caches.size() == blocks.size(), "gpt-tiny: expected one KVCache per block (", blocks.size(),
+                "), got ", caches.size());
+  const int64_t offset = caches[0].length();
+  Tensor y = pos.add_at(tok(tokens.dtype() == DType::u8 ? ops::cast(tokens, DType::i32) : tokens), offset);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    y = dynamic_cast<TransformerEncoderLayer&>(blocks[i]).forward_cached(y, caches[i]);
+  return head(norm(y));
+}
+
+// A byte drawn from the last position's logits [1, L, 256].
+static int sample_byte(const Tensor& logits, double temperature, Generator& gen) {
+  const int64_t L = logits.size(1);
+  const std::vector<double> row = ops::contiguous(ops::slice(logits, 1, L - 1, L)).to_vector<double>();
+  const auto best = std::max_element(row.begin(), row.end());
+  if (temperature <= 0) return static_cast<int>(best - row.begin());
+  std::vector<double> p(row.size());
+  double total = 0;
+  for (size_t i = 0; i < row.size(); ++i) total += p[i] = std::exp((row[i] - *best) / temperature);
+  double u = gen.next_double() * total;
+  for (size_t i = 0; i < p.size(); ++i)
+    if ((u -= p[i]) < 0) return static_cast<int>(i);
+  return static_cast<int>(best - row.begin());
+}
+
+std::string GptTiny::generate(const std::string& prompt, int64_t count, double temperature, Generator& gen) {
+  MIXPREC_CHECK(!prompt.empty(), "gpt-tiny generate: the prompt must hold at least one byte");
+  MIXPREC_CHECK(count >= 0 && std::isfinite(temperature) && temperature >= 0, "gpt-tiny generate: expected "
+                "count >= 0 and a finite temperature >= 0, got ", count, " and ", temperature);
+  NoGradGuard no_grad;
+  const bool was_training = training();
+  set_train(false);
+  auto as_tensor = [](const std::string& s) {
+    std::vector<int32_t> v(s.begin(), s.end());
+    for (int32_t& b : v) b &= 0xff;
+    return Tensor::from_vector(v, {1, static_cast<int64_t>(v.size())});
+  };
+  std::string text = prompt;
+  std::vector<KVCache> caches(blocks.size());
+  // The prompt's last kContext bytes fill the cache; each new byte extends it by one position.
+  Tensor logits = forward_cached(as_tensor(text.substr(text.size() - std::min<size_t>(text.size(), kContext))), caches);
+  for (int64_t i = 0; i < count; ++i) {
+    text.push_back(static_cast<char>(sample_byte(logits, temperature, gen)));
+    if (caches[0].length() == kContext) {  // full: restart from the last half-context
+      caches.assign(blocks.size(), KVCache{});
+      logits = forward_cached(as_tensor(text.substr(text.size() - kContext / 2)), caches);
+    } else {
+      logits = forward_cached(as_tensor(text.substr(text.size() - 1)), caches);
+    }
+  }
+  set_train(was_training);
+  return text;
 }
 
 }  // namespace mixprec::nn

@@ -3,7 +3,8 @@
 # (AdamW lr 3e-4, weight decay 0.1, clipping at 1), the next-byte loss falling and the validation
 # loss reported in bits per byte; --accumulation-steps with f16 dynamic scaling (an overflow in a
 # micro-batch skips the whole update: the scale changes only at update boundaries); and both new
-# flags recorded in the checkpoint, so that a --resume with another value is refused.
+# flags recorded in the checkpoint, so that a --resume with another value is refused; `mixprec
+# generate` from the trained checkpoint.
 set -euo pipefail
 M="$1"
 dir=$(mktemp -d)
@@ -28,6 +29,15 @@ if "$M" train --model gpt-tiny --data "$dir/text.txt" --batch-size 4 --train-sam
   echo "resume with another --max-grad-norm was accepted"; exit 1
 fi
 grep -q -- "--max-grad-norm 1" "$dir/err" || { echo "the refusal does not name --max-grad-norm"; cat "$dir/err"; exit 1; }
+
+# generate: the prompt then --tokens bytes (past the 128-byte context), the same for the same seed.
+gen=(generate --checkpoint "$dir/gpt.safetensors" --prompt "The quick" --tokens 300 --seed 3 --threads 2)
+"$M" "${gen[@]}" > "$dir/g1" 2> "$dir/gerr"
+"$M" "${gen[@]}" > "$dir/g2" 2> /dev/null
+cmp "$dir/g1" "$dir/g2" || { echo "generate is not a function of the seed"; exit 1; }
+[ "$(head -c 9 "$dir/g1")" = "The quick" ] || { echo "generate does not start with the prompt"; exit 1; }
+[ "$(wc -c < "$dir/g1")" -eq 310 ] || { echo "expected 9 + 300 bytes and a newline"; wc -c "$dir/g1"; exit 1; }
+grep -q "generated 300 bytes in" "$dir/gerr" || { echo "no timing line"; cat "$dir/gerr"; exit 1; }
 
 # Accumulation over 2 micro-batches with f16 and a scale so large that every one overflows:
 # each update is skipped whole, and the scale halves once per update (rows 1-2: 2^60, 3-4: 2^59).

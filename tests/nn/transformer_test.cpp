@@ -134,8 +134,12 @@ TEST(TransformerEncoderLayer, O1AndO2RunTheMatmulsLowAndLayerNormAndSoftmaxInF32
         const std::string where = std::string(level) + " " + std::string(dtype_name(low)) + " " + r.cell_path;
         const bool low_op = r.op == OpId::linear || r.op == OpId::scaled_dot_product_attention;
         const bool f32_op = r.op == OpId::layer_norm || r.op == OpId::attention_softmax;
-        if (low_op) EXPECT_EQ(r.compute_dtype, low) << where;
-        if (f32_op) EXPECT_EQ(r.compute_dtype, DType::f32) << where;
+        if (low_op) {
+          EXPECT_EQ(r.compute_dtype, low) << where;
+        }
+        if (f32_op) {
+          EXPECT_EQ(r.compute_dtype, DType::f32) << where;
+        }
         linears += r.op == OpId::linear;
         attentions += r.op == OpId::scaled_dot_product_attention;
         norms += r.op == OpId::layer_norm;

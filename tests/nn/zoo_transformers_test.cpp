@@ -89,6 +89,40 @@ TEST(ZooTransformers, VitTinyLossFallsOnAFewImages) {
   EXPECT_LT(last, 0.5 * first);
 }
 
+TEST(ZooTransformers, GptTinyCachedDecodingMatchesTheFullForward) {
+  manual_seed(3);
+  nn::GptTiny net;
+  NoGradGuard ng;
+  std::vector<int32_t> bytes;
+  for (int i = 0; i < 20; ++i) bytes.push_back((i * 37 + 11) % 256);
+  const Tensor tokens = Tensor::from_vector(bytes, {1, 20});
+  const Tensor full = net(tokens);
+  std::vector<nn::KVCache> caches(4);
+  EXPECT_TRUE(testing::all_close(net.forward_cached(ops::slice(tokens, 1, 0, 12), caches), ops::slice(full, 1, 0, 12),
+                                 {1e-4, 1e-5}));
+  for (int64_t i = 12; i < 20; ++i)
+    EXPECT_TRUE(testing::all_close(net.forward_cached(ops::slice(tokens, 1, i, i + 1), caches),
+                                   ops::slice(full, 1, i, i + 1), {1e-4, 1e-5})) << i;
+  EXPECT_EQ(caches[0].length(), 20);
+  // Greedy decoding takes the full forward's most likely next byte at every position.
+  Generator unused(0);
+  const std::string greedy = net.generate("ab", 6, 0.0, unused);
+  ASSERT_EQ(greedy.size(), 8u);
+  for (size_t k = 2; k < greedy.size(); ++k) {
+    std::vector<int32_t> prefix(greedy.begin(), greedy.begin() + static_cast<int64_t>(k));
+    for (int32_t& b : prefix) b &= 0xff;
+    const Tensor logits = net(Tensor::from_vector(prefix, {1, static_cast<int64_t>(k)}));
+    const auto next = ops::argmax(ops::slice(logits, 1, static_cast<int64_t>(k) - 1, static_cast<int64_t>(k)), 2);
+    EXPECT_EQ(next.to_vector<int64_t>()[0], static_cast<unsigned char>(greedy[k])) << k;
+  }
+  // Sampling is a function of the seed; 200 bytes run past the context (the cache restarts).
+  Generator g1(7), g2(7);
+  const std::string a = net.generate("The ", 200, 1.0, g1), b = net.generate("The ", 200, 1.0, g2);
+  EXPECT_EQ(a.size(), 204u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.substr(0, 4), "The ");
+}
+
 TEST(SoftmaxCrossEntropyWithLogits, SequenceLogitsAreTheLossOfTheirFlattenedRows) {
   const Tensor logits = testing::random({2, 3, 5}, 4, DType::f32, -3, 3);
   const Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 4, 2, 1, 1, 3}, {2, 3});

@@ -12,6 +12,13 @@
 
 namespace mixprec::nn {
 
+// The keys and values of the positions seen so far, for one attention layer, for incremental
+// decoding: [B, H, T, E / H] each, undefined when nothing was seen yet.
+struct KVCache {
+  Tensor k, v;
+  int64_t length() const { return k.defined() ? k.size(2) : 0; }
+};
+
 struct MultiheadAttentionOptions {
   bool causal = false;  // position i attends to positions <= i
 };
@@ -20,6 +27,9 @@ class MultiheadAttention : public Cell {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options = {});
   Tensor construct(const Tensor& x) override;  // self-attention, [B, L, E] -> [B, L, E]
+  // x [B, L, E] holds the positions that follow those in `cache`: their keys and values join the
+  // cache, and each query attends to the cached positions and (causally) to the new ones.
+  Tensor forward_cached(const Tensor& x, KVCache& cache);
   std::string type_name() const override { return "MultiheadAttention"; }
   std::string extra_repr() const override;
   int64_t embed_dim() const { return embed_dim_; }
@@ -50,6 +60,7 @@ class TransformerEncoderLayer : public Cell {
   Tensor construct(const Tensor& x) override;
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   Tensor feed_forward(const Tensor& y);  // y + MLP(norm2(y))
+  Tensor forward_cached(const Tensor& x, KVCache& cache);  // construct() with self_attn's cache
   LayerNorm norm1;
   MultiheadAttention self_attn;
   LayerNorm norm2;

@@ -12,6 +12,7 @@
 
 #include "mixprec/nn/layers.h"
 #include "mixprec/nn/transformer.h"
+#include "mixprec/rng.h"
 
 namespace mixprec::nn {
 
@@ -67,6 +68,13 @@ class GptTiny : public Cell {
   static constexpr int64_t kVocab = 256, kContext = 128, kWidth = 128;
   GptTiny();
   Tensor construct(const Tensor& tokens) override;
+  // Incremental decoding: the logits of `tokens` [B, L], the positions that follow the
+  // caches' (one KVCache per block; empty ones start a sequence), whose keys and values join them.
+  Tensor forward_cached(const Tensor& tokens, std::vector<KVCache>& caches);
+  // Samples `count` bytes after `prompt` (at least one byte) with a KV cache: softmax(logits /
+  // temperature) drawn from `gen`; temperature 0 takes the most likely byte. When the context is
+  // full, the cache restarts from the last half-context of bytes. Runs in eval mode, no grad.
+  std::string generate(const std::string& prompt, int64_t count, double temperature, Generator& gen);
   std::string type_name() const override { return "GptTiny"; }
   Embedding tok;
   PositionEmbedding pos;
