@@ -8,7 +8,9 @@
 // the current step and save (train_signals.h). Options and resume checks: train_settings.h. Under
 // mpirun it trains data parallel, each rank on its shard, rank 0 alone writing (train_parallel.h).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -19,6 +21,7 @@
 #include "mixprec/amp/amp.h"
 #include "mixprec/cpu_features.h"
 #include "mixprec/data/dataset.h"
+#include "mixprec/data/text.h"
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
@@ -53,7 +56,24 @@ struct Data {
 
 // Data parallel: each rank trains on its shard of every epoch; the test set is not sharded
 // (Model::eval splits its batches over the ranks).
+// gpt-tiny: windows of the model's context from TextDataset (--data: a text file or folder);
+// training windows are random per (seed, epoch), validation ones consecutive.
+Data load_text(const TrainArgs& a, const ParallelRun& par) {
+  MIXPREC_CHECK(!par.on, "--model ", a.model, ": data-parallel training (mpirun) of a language model is not supported yet",
+                Hint{"run it in one process"});
+  const int64_t context = nn::GptTiny::kContext;
+  dataset::TextOptions train_opts{.usage = "train", .context = context, .seed = a.seed};
+  if (a.train_samples > 0) train_opts.num_windows = a.train_samples;
+  const dataset::TextDataset train_raw(a.data, train_opts);
+  Data d{dataset::Dataset(train_raw).batch(a.batch_size, true),
+         dataset::Dataset(dataset::TextDataset(a.data, {.usage = "validation", .context = context})).batch(a.batch_size)};
+  MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": ", train_raw.num_samples(), " training windows of ",
+                context + 1, " bytes, fewer than one batch of ", a.batch_size, Hint{"use a smaller --batch-size"});
+  return d;
+}
+
 Data load_data(const TrainArgs& a, const ParallelRun& par) {
+  if (nn::is_language_model(a.model)) return load_text(a, par);
   dataset::MnistOptions train_opts{.usage = "train", .num_shards = par.ranks, .shard_id = par.rank};
   if (a.train_samples > 0) train_opts.num_samples = a.train_samples;
   const dataset::MnistDataset train_raw(a.data, train_opts);
@@ -134,6 +154,12 @@ void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell
               std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
               step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
               optimizer.c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
+  if (a.opt.weight_decay > 0 || a.max_grad_norm > 0 || a.accumulation_steps > 1) {
+    char clip[48] = "off";
+    if (a.max_grad_norm > 0) std::snprintf(clip, sizeof clip, "at global norm %g", a.max_grad_norm);
+    std::printf("weight decay %g, gradient clipping %s, %lld batch%s per update\n", a.opt.weight_decay, clip,
+                static_cast<long long>(a.accumulation_steps), a.accumulation_steps == 1 ? "" : "es");
+  }
   if (const nn::DistributedGradReducer* red = step.grad_reducer())
     std::printf("data parallel: %d ranks x batch %lld = global batch %lld, %lld samples per rank per epoch; gradients "
                 "averaged in %s, %d bucket%s (%.1f MB per step), %s; %d thread%s per rank\n", par.ranks,
@@ -154,13 +180,13 @@ std::map<std::string, double> final_metrics(const TrainArgs& a, train::Model& mo
   if (a.no_eval || stopped_early) return {};
   std::map<std::string, double> metrics{};
   const nlohmann::json& last = history.epoch_metrics.empty() ? nlohmann::json() : history.epoch_metrics.back();
-  if (last.contains("test_accuracy") && model.next_batch() == 0) {
-    metrics["Accuracy"] = last["test_accuracy"].get<double>();
+  if (last.contains("test_loss") && model.next_batch() == 0) {
+    if (last.contains("test_accuracy")) metrics["Accuracy"] = last["test_accuracy"].get<double>();
     metrics["Loss"] = last["test_loss"].get<double>();
   } else {
     metrics = model.eval(test);
   }
-  std::printf("test accuracy %.4f, test loss %.4f\n", metrics["Accuracy"], metrics["Loss"]);
+  std::printf("%s\n", describe_metrics(metrics).c_str());
   return metrics;
 }
 
@@ -246,11 +272,16 @@ std::unique_ptr<Session> build(const Setup& s) {
   OptimizerSpec spec = a.opt;
   // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
   // stops and resumes follows the same learning rates as one that never stopped.
-  spec.total_steps = a.epochs * run->data.train.num_batches();
+  // With accumulation the optimizer steps once per accumulation_steps batches.
+  spec.total_steps = a.epochs * run->data.train.num_batches() / a.accumulation_steps;
+  if (a.warmup_fraction > 0) spec.warmup_steps = std::llround(a.warmup_fraction * static_cast<double>(spec.total_steps));
   run->optimizer = make_optimizer(spec, run->net->trainable_params());
-  train::ModelOptions mo{.metrics = {{"Accuracy", train::Accuracy()}, {"Loss", train::Loss()}},
-                         .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn, .dtype = parse_low_dtype(a.dtype),
-                         .step = {.check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
+  std::map<std::string, train::MetricRef> metrics{{"Loss", train::Loss()}};
+  if (!nn::is_language_model(a.model)) metrics.emplace("Accuracy", train::Accuracy());
+  train::ModelOptions mo{.metrics = metrics, .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn,
+                         .dtype = parse_low_dtype(a.dtype),
+                         .step = {.max_grad_norm = a.max_grad_norm, .accumulation_steps = static_cast<int>(a.accumulation_steps),
+                                  .check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
   if (manager) mo.loss_scale_manager = *manager;
   run->model = std::make_unique<train::Model>(*run->net, run->loss_fn, *run->optimizer, mo);
   print_header(a, run->data, run->model->train_network(), run->optimizer->name(), s.threads, s.par);
@@ -373,7 +404,9 @@ Command register_train(CLI::App& app) {
   for (const auto& m : nn::model_names()) models += (models.empty() ? "" : "|") + m;
   cmd->add_option("--model", a->model, "Network: " + models)->capture_default_str()
       ->check(CLI::IsMember(nn::model_names()));
-  cmd->add_option("--data", a->data, "Directory with MNIST-format IDX files (raw or .gz)")->capture_default_str();
+  cmd->add_option("--data", a->data,
+                  "Directory with MNIST-format IDX files (raw or .gz); for gpt-tiny a text file or folder "
+                  "(default: the fortunes in /usr/share/games/fortunes)")->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Epochs to train")->capture_default_str();
   cmd->add_option("--max-steps", a->max_steps, "Stop after this many steps in total (-1: no limit)")->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "Batch size (the last partial batch is dropped)")->capture_default_str();
@@ -388,6 +421,11 @@ Command register_train(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine", "step"}));
   cmd->add_option("--warmup-steps", a->opt.warmup_steps, "Linear learning-rate warm-up steps")->capture_default_str();
+  cmd->add_option("--max-grad-norm", a->max_grad_norm,
+                  "Clip the gradients by their global norm, after unscaling (0: off; gpt-tiny: 1.0)")->capture_default_str();
+  cmd->add_option("--accumulation-steps", a->accumulation_steps,
+                  "Batches per optimizer update (gradients summed; one overflowing batch skips the whole update)")
+      ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for weights and data order (0 to 2^64-1)")->capture_default_str()
       ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? "expected a number >= 0, got " + v : ""; },
                              "", "NonNegative"));
@@ -429,7 +467,10 @@ Command register_train(CLI::App& app) {
   cmd->add_option("--print-every", a->print_every, "Progress line every N steps, N >= 1 (when not a terminal)")
       ->capture_default_str();
   add_parallel_options(cmd, *a);
-  return {cmd, [a] { return run_train(*a); }};
+  return {cmd, [a, cmd] {
+            apply_model_defaults(*a, [cmd](const char* flag) { return cmd->count(flag) > 0; });
+            return run_train(*a);
+          }};
 }
 
 }  // namespace mixprec::cli

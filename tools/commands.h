@@ -25,5 +25,6 @@ Command register_eval(CLI::App& app);
 Command register_inspect(CLI::App& app);
 Command register_bench(CLI::App& app);
 Command register_report(CLI::App& app);
+Command register_generate(CLI::App& app);
 
 }  // namespace mixprec::cli

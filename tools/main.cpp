@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
       mixprec::cli::register_inspect(app),
       mixprec::cli::register_bench(app),
       mixprec::cli::register_report(app),
+      mixprec::cli::register_generate(app),
       mixprec::cli::register_info(app),
   };
   for (const auto& c : commands) mixprec::cli::refuse_empty_values(c.app);

@@ -9,6 +9,15 @@
 
 namespace mixprec::cli {
 
+std::string describe_metrics(const std::map<std::string, double>& m) {
+  char buf[160];
+  if (m.contains("Accuracy"))
+    std::snprintf(buf, sizeof buf, "test accuracy %.4f, test loss %.4f", m.at("Accuracy"), m.at("Loss"));
+  else
+    std::snprintf(buf, sizeof buf, "validation loss %.4f (%.4f bits per byte)", m.at("Loss"), m.at("Loss") / std::log(2.0));
+  return buf;
+}
+
 void History::on_step_end(train::RunContext& c) {
   if (c.step.loss_finite) {
     sum_ += c.step.loss;
@@ -31,10 +40,10 @@ void History::on_epoch_end(train::RunContext& c) {
   // Interrupted: save first, evaluate never (decided by all ranks together: eval is collective).
   if (test_ && c.model && !agreed(StopSignals::received() != 0, par_)) {
     const auto m = c.model->eval(*test_);
-    e["test_accuracy"] = m.at("Accuracy");
+    if (m.contains("Accuracy")) e["test_accuracy"] = m.at("Accuracy");
+    else e["test_bits_per_byte"] = m.at("Loss") / std::log(2.0);
     e["test_loss"] = m.at("Loss");
-    std::printf("epoch %lld: test accuracy %.4f, test loss %.4f\n", static_cast<long long>(c.epoch + 1),
-                m.at("Accuracy"), m.at("Loss"));
+    std::printf("epoch %lld: %s\n", static_cast<long long>(c.epoch + 1), describe_metrics(m).c_str());
   }
   epoch_metrics.push_back(e);
   sum_ = 0;

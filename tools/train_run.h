@@ -38,6 +38,10 @@ class History : public train::Callback {
   int64_t n_ = 0;
 };
 
+// "test accuracy A, test loss L" for a classifier; "validation loss L (B bits per byte)" for a
+// language model, whose metrics hold the mean next-byte loss alone (nats; bits = nats / ln 2).
+std::string describe_metrics(const std::map<std::string, double>& metrics);
+
 struct RunResult {
   const History& history;
   const train::OverflowGuard& guard;

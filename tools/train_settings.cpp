@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cli_error.h"
+#include "mixprec/data/text.h"
 #include "mixprec/error.h"
 
 namespace mixprec::cli {
@@ -41,6 +42,8 @@ constexpr SettingSpec kSettings[] = {
     {"cli.weight_decay", "--weight-decay", Kind::real},
     {"cli.lr_schedule", "--lr-schedule", Kind::text},
     {"cli.warmup_steps", "--warmup-steps", Kind::integer},
+    {"cli.max_grad_norm", "--max-grad-norm", Kind::real},
+    {"cli.accumulation_steps", "--accumulation-steps", Kind::integer},
     {"cli.amp_level", "--amp-level", Kind::text},
     {"cli.dtype", "--dtype", Kind::text},
     {"cli.keep_batchnorm_fp32", "--keep-batchnorm-fp32", Kind::text},
@@ -76,7 +79,7 @@ bool same(Kind kind, const std::string& a, const std::string& b) {
   switch (kind) {
     case Kind::integer: {
       const auto x = parse_integer(a), y = parse_integer(b);
-      return x && y && *x == *y;
+      return x && y ? *x == *y : a == b;  // "auto:F" (a model's warm-up fraction) compares as text
     }
     case Kind::real: {
       char *ea = nullptr, *eb = nullptr;
@@ -96,6 +99,19 @@ void check_range(bool ok, const char* flag, const std::string& expected, double 
 
 }  // namespace
 
+void apply_model_defaults(TrainArgs& a, const std::function<bool(const char*)>& given) {
+  if (a.model != "vit-tiny" && a.model != "gpt-tiny") return;
+  const bool gpt = a.model == "gpt-tiny";
+  if (!given("--optimizer")) a.opt.name = "adamw";
+  if (!given("--lr")) a.opt.lr = gpt ? 3e-4 : 1e-3;
+  if (!given("--weight-decay")) a.opt.weight_decay = gpt ? 0.1 : 0.05;
+  if (!given("--warmup-steps")) a.warmup_fraction = 0.05;
+  if (!gpt) return;
+  if (!given("--data")) a.data = dataset::kFortunesDir;
+  if (!given("--batch-size")) a.batch_size = 32;
+  if (!given("--max-grad-norm")) a.max_grad_norm = 1.0;
+}
+
 void validate(const TrainArgs& a) {
   check_range(a.epochs >= 1, "--epochs", "at least 1", static_cast<double>(a.epochs));
   check_range(a.max_steps == -1 || a.max_steps >= 1, "--max-steps", "at least 1 (or -1: no limit)",
@@ -109,6 +125,10 @@ void validate(const TrainArgs& a) {
   check_range(std::isfinite(a.opt.weight_decay) && a.opt.weight_decay >= 0, "--weight-decay", "a finite number >= 0",
               a.opt.weight_decay);
   check_range(a.opt.warmup_steps >= 0, "--warmup-steps", "at least 0", static_cast<double>(a.opt.warmup_steps));
+  check_range(std::isfinite(a.max_grad_norm) && a.max_grad_norm >= 0, "--max-grad-norm",
+              "a finite number >= 0 (0: no clipping)", a.max_grad_norm);
+  check_range(a.accumulation_steps >= 1 && a.accumulation_steps <= 1 << 20, "--accumulation-steps",
+              "an integer in [1, 2^20]", static_cast<double>(a.accumulation_steps));
   check_range(a.threads >= 0, "--threads", "at least 0 (0: OMP_NUM_THREADS or all cores)", a.threads);
   check_range(a.save_every >= 0, "--save-every", "at least 0 (0: only at the end)", static_cast<double>(a.save_every));
   check_range(a.grad_stats_every >= 0, "--grad-stats", "at least 0 (0: off)", static_cast<double>(a.grad_stats_every));
@@ -152,7 +172,9 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
           {"cli.momentum", exact(a.opt.momentum)},
           {"cli.weight_decay", exact(a.opt.weight_decay)},
           {"cli.lr_schedule", a.opt.schedule},
-          {"cli.warmup_steps", std::to_string(a.opt.warmup_steps)},
+          {"cli.warmup_steps", a.warmup_fraction > 0 ? "auto:" + exact(a.warmup_fraction) : std::to_string(a.opt.warmup_steps)},
+          {"cli.max_grad_norm", exact(a.max_grad_norm)},
+          {"cli.accumulation_steps", std::to_string(a.accumulation_steps)},
           {"cli.amp_level", a.amp_level},
           {"cli.dtype", a.dtype},
           {"cli.keep_batchnorm_fp32", a.keep_bn},

@@ -152,10 +152,12 @@ Batch Dataset::make_batch(const std::vector<int64_t>* order, int64_t epoch, int6
   }
   Shape image_shape = source_->sample_shape();
   image_shape.insert(image_shape.begin(), count);
+  Shape label_shape = source_->label_shape();
+  label_shape.insert(label_shape.begin(), count);
   Batch b;
   b.image = Tensor::empty(image_shape, {.dtype = DType::u8});
-  b.label = Tensor::empty({count}, {.dtype = DType::i32});
-  source_->gather(indices, b.image.data<uint8_t>(), b.label.data<int32_t>());
+  b.label = Tensor::empty(label_shape, {.dtype = DType::i32});
+  source_->gather_epoch(indices, epoch, b.image.data<uint8_t>(), b.label.data<int32_t>());
   b.epoch = epoch;
   b.index = index;
   for (const MapStep& m : maps_) {

@@ -12,7 +12,7 @@
 #include "mixprec/comm/communication.h"
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
-#include "mixprec/graph.h"
+#include "core/graph.h"
 
 namespace mixprec::nn {
 namespace {

@@ -86,7 +86,11 @@ std::shared_ptr<Cell> resnet_small() {
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"simplenet", "lenet", "convnet-bn", "mlp", "resnet-small"}; }
+std::vector<std::string> model_names() {
+  return {"simplenet", "lenet", "convnet-bn", "mlp", "resnet-small", "vit-tiny", "gpt-tiny"};
+}
+
+bool is_language_model(std::string_view name) { return name == "gpt-tiny"; }
 
 std::shared_ptr<Cell> make_model(std::string_view name) {
   if (name == "simplenet") return std::make_shared<SimpleNet>();
@@ -94,12 +98,18 @@ std::shared_ptr<Cell> make_model(std::string_view name) {
   if (name == "convnet-bn") return convnet_bn();
   if (name == "mlp") return mlp();
   if (name == "resnet-small") return resnet_small();
+  if (name == "vit-tiny") return std::make_shared<VitTiny>();
+  if (name == "gpt-tiny") return std::make_shared<GptTiny>();
   std::string valid;
   for (const auto& n : model_names()) valid += (valid.empty() ? "" : ", ") + n;
   MIXPREC_CHECK(false, "unknown model '", name, "'; valid models: ", valid);
   return nullptr;
 }
 
-int64_t default_batch_size(std::string_view name) { return name == "resnet-small" ? 64 : 256; }
+int64_t default_batch_size(std::string_view name) {
+  if (name == "gpt-tiny") return 32;
+  if (name == "vit-tiny") return 128;
+  return name == "resnet-small" ? 64 : 256;
+}
 
 }  // namespace mixprec::nn

@@ -1,12 +1,15 @@
 // Helpers for the data tests: a self-deleting temporary directory, IDX byte builders, a gzip
 // encoder independent of zlib (stored deflate blocks + CRC-32, so the reader is not only tested
-// against our own writer), small MNIST-format datasets, and an error-substring matcher.
+// against our own writer), small MNIST-format datasets, an error-substring matcher, and a runner
+// that checks an error in a child process without root (permission cases).
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -149,6 +152,35 @@ inline void write_tiny_split(const fs::path& dir, const std::string& prefix, int
   const std::string ext = gzip ? ".gz" : "";
   write_idx(dir / (prefix + "-images-idx3-ubyte" + ext), {n, h, w}, images, gzip);
   write_idx(dir / (prefix + "-labels-idx1-ubyte" + ext), {n}, labels, gzip);
+}
+
+// Runs `body` in a child process without root's permission override; the child exits 0 when the
+// error it caught held every part, 1 when it did not (printing it), 2 when nothing was thrown.
+inline void expect_error_without_root(const std::function<void()>& body, const std::vector<std::string>& parts,
+                                      const std::vector<std::string>& absent) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+    int code = 2;
+    try {
+      body();
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      code = 0;
+      for (const auto& p : parts) code |= what.find(p) == std::string::npos;
+      for (const auto& a : absent) code |= what.find(a) != std::string::npos;
+      if (code) std::fprintf(stderr, "message: %s\n", what.c_str());
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the message lacked a part or held a wrong one; 2: no error; "
+                                       "3: could not drop root";
 }
 
 }  // namespace mixprec::dataset::testing

@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 using testing::throws_with;
 using testing::write_tiny_split;
+using testing::expect_error_without_root;
 
 TEST(DatasetPaths, DanglingFileLinkIsNamedWithItsTarget) {
   TempDir dir;
@@ -49,35 +50,6 @@ TEST(DatasetPaths, DanglingDirectoryLinkAndPathUnderAFile) {
   EXPECT_TRUE(throws_with([&] { MnistDataset(dir / "plain" / "sub"); },
                           {"expected a directory", "cannot exist: " + (dir / "plain").string() +
                                                        " is a file, not a directory"}));
-}
-
-// Runs `body` in a child process without root's permission override; the child exits 0 when the
-// error it caught held every part, 1 when it did not (printing it), 2 when nothing was thrown.
-void expect_error_without_root(const std::function<void()>& body, const std::vector<std::string>& parts,
-                               const std::vector<std::string>& absent) {
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
-    int code = 2;
-    try {
-      body();
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      code = 0;
-      for (const auto& p : parts) code |= what.find(p) == std::string::npos;
-      for (const auto& a : absent) code |= what.find(a) != std::string::npos;
-      if (code) std::fprintf(stderr, "message: %s\n", what.c_str());
-    }
-    std::fflush(nullptr);
-    ::_exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the message lacked a part or held a wrong one; 2: no error; "
-                                       "3: could not drop root";
 }
 
 TEST(DatasetPaths, UnreadableDirectoryGivesTheOsErrorNotEmpty) {

@@ -41,9 +41,11 @@ inline constexpr std::array<std::string_view, 10> kFashionMnistClasses = {
     "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
 // One batch. Tensors are fresh per batch (never reused buffers), so a Batch may be kept.
+// TextDataset (data/text.h): image = the input bytes [B, context] (u8), label = the next bytes
+// [B, context] (i32).
 struct Batch {
   Tensor image;       // [B, C, H, W]: u8 as stored; f32 after rescale / normalize
-  Tensor label;       // [B], i32 (unless a map on "label" changes it)
+  Tensor label;       // [B, ...label_shape] i32 ([B] for images) (unless a map on "label" changes it)
   int64_t epoch = 0;  // the epoch whose sample order it came from
   int64_t index = 0;  // its index in that epoch: resume after it with iterator(epoch, index + 1)
   int64_t size() const { return label.defined() ? label.size(0) : 0; }
@@ -64,8 +66,18 @@ class Source {
   // per sample)"; describe() stands for the files when there are none.
   std::string describe_images() const;
   // Writes samples `indices` (each in [0, size())) contiguously: images gets
-  // indices.size() * numel(sample_shape()) bytes, labels indices.size() values.
+  // indices.size() * numel(sample_shape()) bytes, labels indices.size() * numel(label_shape())
+  // values.
   virtual void gather(std::span<const int64_t> indices, uint8_t* images, int32_t* labels) const = 0;
+  // The shape of one sample's label: {} (one int32, the default) or e.g. {context} for text.
+  virtual Shape label_shape() const { return {}; }
+  // gather() for epoch `epoch`, which the pipeline calls: a source whose samples depend on the
+  // epoch (TextDataset's random windows) overrides it; by default the epoch is ignored.
+  virtual void gather_epoch(std::span<const int64_t> indices, int64_t epoch, uint8_t* images,
+                            int32_t* labels) const {
+    (void)epoch;
+    gather(indices, images, labels);
+  }
 };
 
 inline std::string Source::describe_images() const {

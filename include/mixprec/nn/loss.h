@@ -19,9 +19,10 @@ struct SoftmaxCrossEntropyOptions {
 class SoftmaxCrossEntropyWithLogits : public Cell {
  public:
   explicit SoftmaxCrossEntropyWithLogits(SoftmaxCrossEntropyOptions options = {}) : options_(options) {}
-  Tensor construct(const Tensor& logits, const Tensor& labels) override {
-    return ops::softmax_cross_entropy(logits, labels, {.sparse = options_.sparse, .reduction = options_.reduction});
-  }
+  // logits [N, C] with labels [N] (sparse) or [N, C]; with sparse labels also a sequence's
+  // logits [B, L, C] with labels [B, L] (a language model's next-token loss): the rows are
+  // flattened, and reduction none returns [B, L].
+  Tensor construct(const Tensor& logits, const Tensor& labels) override;
   std::string type_name() const override { return "SoftmaxCrossEntropyWithLogits"; }
 
  private:

@@ -1,5 +1,6 @@
 // The model zoo (DESIGN.md, "The main job"): simplenet (the seed's network), lenet, convnet-bn,
-// mlp and resnet-small, all for 1x28x28 inputs and 10 classes. bench/compare_torch.py builds
+// mlp, resnet-small and vit-tiny for 1x28x28 inputs and 10 classes; gpt-tiny, a byte-level
+// language model. bench/compare_torch.py builds
 // the same networks in PyTorch layer for layer. Dense+ReLU pairs use Dense's fused activation
 // (MindSpore's Dense(..., activation='relu')), which computes exactly Dense then ReLU.
 #pragma once
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "mixprec/nn/layers.h"
+#include "mixprec/nn/transformer.h"
+#include "mixprec/rng.h"
 
 namespace mixprec::nn {
 
@@ -40,10 +43,53 @@ class BasicBlock : public Cell {
   std::unique_ptr<SequentialCell> down_;
 };
 
+// vit-tiny (issue 15): Conv2d(1, 64, 4, stride 4) patches (49), a class token, learned
+// positions 50 x 64, 4 pre-norm blocks of 4 heads of 16 with MLP 64-256-64 (GELU tanh), a final
+// LayerNorm and Dense(64, 10) on the class token. Input [N, 1, 28, 28].
+class VitTiny : public Cell {
+ public:
+  VitTiny();
+  Tensor construct(const Tensor& x) override;
+  std::string type_name() const override { return "VitTiny"; }
+  Conv2d patch;
+  Tensor cls_token;  // [1, 1, 64]
+  PositionEmbedding pos;
+  SequentialCell blocks;  // TransformerEncoderLayer "blocks.0" ... "blocks.3"
+  LayerNorm norm;
+  Dense head;
+};
+
+// gpt-tiny (issue 15): byte tokens (256), context 128, token and position embeddings of width
+// 128, 4 pre-norm blocks of 4 causal heads of 32 with MLP 128-512-128, a final LayerNorm and
+// Dense(128, 256) to the logits (no weight tying). Input [B, L <= 128] tokens (u8, i32 or i64);
+// output [B, L, 256] logits.
+class GptTiny : public Cell {
+ public:
+  static constexpr int64_t kVocab = 256, kContext = 128, kWidth = 128;
+  GptTiny();
+  Tensor construct(const Tensor& tokens) override;
+  // Incremental decoding: the logits of `tokens` [B, L], the positions that follow the
+  // caches' (one KVCache per block; empty ones start a sequence), whose keys and values join them.
+  Tensor forward_cached(const Tensor& tokens, std::vector<KVCache>& caches);
+  // Samples `count` bytes after `prompt` (at least one byte) with a KV cache: softmax(logits /
+  // temperature) drawn from `gen`; temperature 0 takes the most likely byte. When the context is
+  // full, the cache restarts from the last half-context of bytes. Runs in eval mode, no grad.
+  std::string generate(const std::string& prompt, int64_t count, double temperature, Generator& gen);
+  std::string type_name() const override { return "GptTiny"; }
+  Embedding tok;
+  PositionEmbedding pos;
+  SequentialCell blocks;  // TransformerEncoderLayer "blocks.0" ... "blocks.3"
+  LayerNorm norm;
+  Dense head;
+};
+
 std::vector<std::string> model_names();
+// True for the models whose input is a [B, L] token sequence rather than a 1x28x28 image.
+bool is_language_model(std::string_view name);
 // Throws listing the valid names for an unknown one.
 std::shared_ptr<Cell> make_model(std::string_view name);
-// The batch size the benchmarks use for `name` (256; 64 for resnet-small).
+// The batch size the benchmarks use for `name` (256; 64 for resnet-small, 128 for vit-tiny,
+// 32 for gpt-tiny).
 int64_t default_batch_size(std::string_view name);
 
 }  // namespace mixprec::nn

@@ -111,6 +111,24 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 Tensor softmax(const Tensor& x, int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 
+// ---------------------------------------------------------------- attention
+struct AttentionOptions {
+  bool causal = false;  // query i sees keys j <= i + (Lk - Lq) (bottom-right aligned)
+  // Undefined, or a bool (or u8) tensor broadcastable to [B, H, Lq, Lk]: true (nonzero) means
+  // "may attend", as in PyTorch. Combined with causal when both are given.
+  Tensor mask{};
+  std::optional<double> scale{};  // multiplies q.k; default 1 / sqrt(D)
+};
+// softmax(scale * q k^T, masked) v, PyTorch's F.scaled_dot_product_attention. q [B, H, Lq, D],
+// k [B, H, Lk, D], v [B, H, Lk, Dv] -> [B, H, Lq, Dv], with the output laid out [B, Lq, H, Dv]
+// in memory (so merging the heads is a free view). Inputs are promoted to one float dtype. The
+// q.k and p.v products run in that dtype with f32 accumulation; the softmax and its statistics
+// always run in f32 (also at O3; only a custom white list naming attention_softmax moves them to
+// the low dtype). The backward recomputes the probabilities from a saved f32 log-sum-exp per
+// row: nothing of size [Lq, Lk] is kept. A row with no key to attend to is NaN. docs/amp.md.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options = {});
+
 // ---------------------------------------------------------------- reductions
 // Empty axes: reduce over all dims. Sums accumulate in acc_dtype; the result has x's dtype.
 Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdims = false);

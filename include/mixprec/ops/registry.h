@@ -25,6 +25,8 @@ enum class OpId : uint16_t {
   max_pool2d, avg_pool2d, adaptive_avg_pool2d,
   // normalisation and softmax
   batch_norm, layer_norm, softmax, log_softmax,
+  // attention (attention_softmax: its softmax phase, a policy slot only, never a node)
+  scaled_dot_product_attention, attention_softmax,
   // reductions
   sum, mean, max, argmax,
   // shape and copies
@@ -101,6 +103,9 @@ inline constexpr std::array<OpInfo, kNumOps> kOps{{
     {OpId::layer_norm, "layer_norm", AmpPolicy::to_fp32, 3, OpKind::norm},
     {OpId::softmax, "softmax", AmpPolicy::to_fp32, 1, OpKind::compute},
     {OpId::log_softmax, "log_softmax", AmpPolicy::to_fp32, 1, OpKind::compute},
+    {OpId::scaled_dot_product_attention, "scaled_dot_product_attention", AmpPolicy::to_low, 3,
+     OpKind::compute},
+    {OpId::attention_softmax, "attention_softmax", AmpPolicy::to_fp32, 0, OpKind::compute},
     {OpId::sum, "sum", AmpPolicy::to_fp32, 1, OpKind::compute},
     {OpId::mean, "mean", AmpPolicy::to_fp32, 1, OpKind::compute},
     {OpId::max, "max", AmpPolicy::keep, 1, OpKind::compute},

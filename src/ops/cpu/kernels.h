@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
 #include "ops/pool_problem.h"
@@ -45,5 +46,12 @@ std::string pool_max_nhwc_fwd_declines(const PoolFwdProblem& p);
 void pool_max_nhwc_fwd(const PoolFwdProblem& p);
 std::string pool_max_nhwc_bwd_declines(const PoolBwdProblem& p);
 void pool_max_nhwc_bwd(const PoolBwdProblem& p);
+
+// attention.cpp: FlashAttention's blockwise algorithm with online softmax (f32 statistics),
+// AVX2 + FMA, f32/bf16/f16 (16-bit tiles widened inside the kernel).
+std::string flash_attention_declines(const AttentionFwdProblem& p);
+void flash_attention_fwd(const AttentionFwdProblem& p);
+std::string flash_attention_bwd_declines(const AttentionBwdProblem& p);
+void flash_attention_bwd(const AttentionBwdProblem& p);
 
 }  // namespace mixprec::ops::cpu

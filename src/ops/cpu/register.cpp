@@ -30,6 +30,11 @@ void register_cpu_kernels() {
       {"global_avg", kCpu, cpu::pool_global_avg_bwd_declines, cpu::pool_global_avg_bwd});
   register_kernel<PoolBwdProblem>(
       {"nhwc_max", kCpu, cpu::pool_max_nhwc_bwd_declines, cpu::pool_max_nhwc_bwd});
+
+  register_kernel<AttentionFwdProblem>(
+      {"flash", kCpu, cpu::flash_attention_declines, cpu::flash_attention_fwd});
+  register_kernel<AttentionBwdProblem>(
+      {"flash", kCpu, cpu::flash_attention_bwd_declines, cpu::flash_attention_bwd});
 }
 
 }  // namespace mixprec::ops

@@ -5,6 +5,7 @@
 // Problems and their invariants: ops/<family>_problem.h.
 #pragma once
 
+#include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
 #include "ops/embedding_problem.h"
@@ -60,5 +61,9 @@ void nll_fwd(const NllFwdProblem& p);
 void nll_bwd(const NllBwdProblem& p);
 void mse_fwd(const MseFwdProblem& p);
 void mse_bwd(const MseBwdProblem& p);
+
+// attention.cpp: the unfused composition of matmul and softmax above, all in compute_t.
+void attention_fwd(const AttentionFwdProblem& p);
+void attention_bwd(const AttentionBwdProblem& p);
 
 }  // namespace mixprec::ops::ref

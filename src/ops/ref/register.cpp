@@ -31,6 +31,8 @@ void register_ref_kernels() {
   register_kernel<NllBwdProblem>({"ref", kCpu, accept_all, ref::nll_bwd});
   register_kernel<MseFwdProblem>({"ref", kCpu, accept_all, ref::mse_fwd});
   register_kernel<MseBwdProblem>({"ref", kCpu, accept_all, ref::mse_bwd});
+  register_kernel<AttentionFwdProblem>({"ref", kCpu, accept_all, ref::attention_fwd});
+  register_kernel<AttentionBwdProblem>({"ref", kCpu, accept_all, ref::attention_bwd});
 }
 
 }  // namespace mixprec::ops

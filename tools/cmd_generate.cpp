@@ -1,0 +1,67 @@
+// `mixprec generate --checkpoint F --prompt TEXT --tokens N --temperature T --seed S`: loads a
+// gpt-tiny checkpoint (from `mixprec train --model gpt-tiny --checkpoint F`) and samples N bytes
+// after the prompt with a KV cache (nn::GptTiny::generate); prints the prompt and the sample, and
+// the time taken on stderr.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "cli_error.h"
+#include "commands.h"
+#include "mixprec/amp/amp.h"
+#include "mixprec/io/checkpoint.h"
+#include "mixprec/nn/zoo.h"
+#include "train_common.h"
+
+namespace mixprec::cli {
+
+namespace {
+struct GenerateArgs {
+  std::string checkpoint, prompt = "\n", amp_level = "O0", dtype = "bf16";
+  int64_t tokens = 200;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+  int threads = 0;
+};
+}  // namespace
+
+Command register_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Sample text from a trained gpt-tiny checkpoint");
+  cmd->add_option("--checkpoint", a->checkpoint, "The .safetensors file of a gpt-tiny run")->required();
+  cmd->add_option("--prompt", a->prompt, "The text to continue (at least one byte)")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "Sampling temperature (0: the most likely byte)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
+  cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "bf16|f16")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  return {cmd, [a] {
+    as_usage_error([&] {
+      MIXPREC_CHECK(!a->prompt.empty(), "--prompt: expected at least one byte");
+      MIXPREC_CHECK(a->tokens >= 0, "--tokens: expected at least 0, got ", a->tokens);
+      MIXPREC_CHECK(std::isfinite(a->temperature) && a->temperature >= 0, "--temperature: expected a finite number "
+                    ">= 0, got ", a->temperature);
+      MIXPREC_CHECK(a->threads >= 0, "--threads: expected at least 0, got ", a->threads);
+      with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a->amp_level); });
+      (void)parse_low_dtype(a->dtype);
+    });
+    set_threads(a->threads);
+    nn::GptTiny net;
+    with_prefix("--checkpoint " + a->checkpoint + ": ", [&] {
+      (void)io::load_param_into_net(net, io::load_checkpoint(a->checkpoint), {.strict = true});
+    });
+    amp::auto_mixed_precision(net, a->amp_level, parse_low_dtype(a->dtype));
+    Generator gen(a->seed);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string text = net.generate(a->prompt, a->tokens, a->temperature, gen);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
+    std::fprintf(stderr, "generated %lld bytes in %.3f s (%.0f bytes/s, KV cache)\n", static_cast<long long>(a->tokens),
+                 seconds, static_cast<double>(a->tokens) / std::max(seconds, 1e-9));
+    return 0;
+  }};
+}
+
+}  // namespace mixprec::cli
