@@ -17,6 +17,7 @@ PACKAGES=(
   libcli11-dev                          # the command line
   libgtest-dev googletest libbenchmark-dev  # tests and benchmarks
   dataset-fashion-mnist                 # the default training data
+  libopenmpi-dev openmpi-bin            # data parallel: mpirun -np N mixprec train
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
   clang-format                          # tests: repo.clang_format checks the house format
   chromium                              # tests: the HTML run report rendered in a real browser

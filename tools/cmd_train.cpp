@@ -1,9 +1,12 @@
 // `mixprec train`: trains a zoo model on an MNIST-format dataset (Fashion-MNIST by default) with
 // any AMP level, low dtype and loss-scale choice; shows progress; evaluates on the test split;
-// writes a JSON report and an fp32 checkpoint on request; --trace writes a per-step CSV.
+// writes a JSON report (report/run_writer.h) and an fp32 checkpoint on request; --trace writes a
+// per-step CSV. run_train reads as its phases: parse, build, resume, train, then finish (evaluate,
+// save, report).
 // Every output path is checked before the first step (directories are created after every check);
 // at the end each write is attempted whatever happened to the others; SIGINT/SIGTERM stop after
-// the current step and save (train_signals.h). Options and resume checks: train_settings.h.
+// the current step and save (train_signals.h). Options and resume checks: train_settings.h. Under
+// mpirun it trains data parallel, each rank on its shard, rank 0 alone writing (train_parallel.h).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -25,58 +28,16 @@
 #include "mixprec/train/model.h"
 #include "mixprec/version.h"
 #include "output_file.h"
+#include "report/run_writer.h"
 #include "train_common.h"
+#include "train_parallel.h"
+#include "train_run.h"
 #include "train_settings.h"
 #include "train_signals.h"
 #include "train_trace.h"
 
 namespace mixprec::cli {
 namespace {
-
-// Mean loss over each epoch's steps, per-epoch test metrics and gradient statistics, for the
-// report; the steps and skips of this process (a resumed run counts only its own).
-class History : public train::Callback {
- public:
-  explicit History(const dataset::Dataset* test) : test_(test) {}
-  void on_step_end(train::RunContext& c) override {
-    if (c.step.loss_finite) {
-      sum_ += c.step.loss;
-      ++n_;
-    }
-    skipped_this_run += c.step.skipped;
-    ++steps_this_run;
-    total_steps = c.global_step;
-    for (const amp::GradStats& g : c.step.grad_stats)
-      if (grad_stats.size() < 20000)
-        grad_stats.push_back({{"step", c.global_step}, {"param", g.param}, {"max_abs", g.max_abs},
-                              {"underflow_fraction", g.underflow_fraction}, {"zero_fraction", g.zero_fraction},
-                              {"recommended_scale", g.recommended_scale}});
-  }
-  void on_epoch_end(train::RunContext& c) override {
-    const double loss = n_ ? sum_ / static_cast<double>(n_) : NAN;
-    epoch_losses.push_back(loss);
-    nlohmann::json e{{"epoch", c.epoch + 1}, {"train_loss", loss}};
-    if (test_ && c.model && !StopSignals::received()) {  // interrupted: save first, evaluate never
-      const auto m = c.model->eval(*test_);
-      e["test_accuracy"] = m.at("Accuracy");
-      e["test_loss"] = m.at("Loss");
-      std::printf("epoch %lld: test accuracy %.4f, test loss %.4f\n", static_cast<long long>(c.epoch + 1),
-                  m.at("Accuracy"), m.at("Loss"));
-    }
-    epoch_metrics.push_back(e);
-    sum_ = 0;
-    n_ = 0;
-  }
-  std::vector<double> epoch_losses;
-  nlohmann::json epoch_metrics = nlohmann::json::array();
-  nlohmann::json grad_stats = nlohmann::json::array();
-  int64_t steps_this_run = 0, skipped_this_run = 0, total_steps = 0;
-
- private:
-  const dataset::Dataset* test_;
-  double sum_ = 0;
-  int64_t n_ = 0;
-};
 
 // Every zoo model takes 1x28x28 images (nn/zoo.h).
 void check_image_shape(const dataset::Dataset& ds, const std::string& model) {
@@ -90,8 +51,10 @@ struct Data {
   dataset::Dataset train, test;
 };
 
-Data load_data(const TrainArgs& a) {
-  dataset::MnistOptions train_opts{.usage = "train"};
+// Data parallel: each rank trains on its shard of every epoch; the test set is not sharded
+// (Model::eval splits its batches over the ranks).
+Data load_data(const TrainArgs& a, const ParallelRun& par) {
+  dataset::MnistOptions train_opts{.usage = "train", .num_shards = par.ranks, .shard_id = par.rank};
   if (a.train_samples > 0) train_opts.num_samples = a.train_samples;
   const dataset::MnistDataset train_raw(a.data, train_opts);
   const dataset::MnistDataset test_raw(a.data, {.usage = "test"});
@@ -99,9 +62,11 @@ Data load_data(const TrainArgs& a) {
   check_image_shape(test_raw, a.model);
   Data d{standard_pipeline(train_raw).shuffle(a.seed).batch(a.batch_size, true),
          standard_pipeline(test_raw).batch(256)};
-  MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", d.train.num_samples(),
+  MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", train_raw.num_samples(),
                 " samples", a.train_samples > 0 ? " (--train-samples " + std::to_string(a.train_samples) + ")" : "",
-                ", fewer than one batch of ", a.batch_size, " (the last partial batch is dropped)",
+                par.on ? ", " + std::to_string(d.train.num_samples()) + " per rank over " + std::to_string(par.ranks) +
+                             " ranks," : ",",
+                " fewer than one batch of ", a.batch_size, " (the last partial batch is dropped)",
                 Hint{"use a smaller --batch-size, or more --train-samples"});
   return d;
 }
@@ -122,88 +87,16 @@ int64_t resume(const TrainArgs& a, train::Model& model, train::TrainOptions& top
   return info.global_step;
 }
 
-struct RunResult {
-  const History& history;
-  const train::OverflowGuard& guard;
-  amp::TrainOneStepCell& step;
-  const std::vector<amp::PrecisionRow>& precision_rows;
-  std::map<std::string, double> metrics{};
-  std::string optimizer{};
-  int threads = 0;
-  int64_t resumed_at = -1;
-  double train_seconds = 0, samples_per_second = 0, wall = 0;
-  int64_t peak = 0;
-  std::string interrupted{};  // why training stopped early ("" if it did not)
-};
-
-nlohmann::json overflow_json(const train::OverflowGuard& guard) {
-  nlohmann::json events = nlohmann::json::array();
-  for (const train::OverflowRecord& r : guard.events())
-    events.push_back({{"step", r.step}, {"phase", r.event.phase}, {"cell", r.event.cell.empty() ? "(network)" : r.event.cell},
-                      {"op", r.event.op_name}, {"dtype", std::string(dtype_name(r.event.dtype))},
-                      {"input_max_abs", r.event.input_max_abs}, {"detail", r.event.detail},
-                      {"nonfinite_count", r.event.nonfinite_count}, {"loss_finite", r.loss_finite},
-                      {"loss_scale", r.loss_scale}});
-  return events;
-}
-
-void write_report(const TrainArgs& a, const RunResult& r) {
-  const AmpLevel level = parse_amp_level(a.amp_level);
-  const History& h = r.history;
-  nlohmann::json j;
-  j["model"] = a.model;
-  j["amp_level"] = std::string(amp_level_name(level));
-  j["dtype"] = level == AmpLevel::O0 ? "f32" : a.dtype;
-  j["epochs"] = a.epochs;
-  j["steps"] = h.total_steps;
-  j["steps_this_run"] = h.steps_this_run;
-  j["resumed_at_step"] = r.resumed_at >= 0 ? nlohmann::json(r.resumed_at) : nlohmann::json(nullptr);
-  j["skipped_steps"] = r.step.skipped_steps();
-  j["skipped_steps_this_run"] = h.skipped_this_run;
-  j["loss_scale_final"] = r.step.loss_scale_manager() ? r.step.loss_scale_manager()->get_loss_scale() : 1.0;
-  j["loss_scale_manager"] = r.step.loss_scale_manager() ? r.step.loss_scale_manager()->description() : "none";
-  j["train_loss"] = h.epoch_losses.empty() ? NAN : h.epoch_losses.back();
-  j["train_loss_per_epoch"] = h.epoch_losses;
-  const bool evaluated = r.metrics.contains("Accuracy");
-  j["test_accuracy"] = evaluated ? nlohmann::json(r.metrics.at("Accuracy")) : nlohmann::json(nullptr);
-  j["test_loss"] = evaluated ? nlohmann::json(r.metrics.at("Loss")) : nlohmann::json(nullptr);
-  j["samples_per_second"] = r.samples_per_second;
-  j["peak_memory_bytes"] = r.peak;
-  j["wall_seconds"] = r.wall;
-  j["train_seconds"] = r.train_seconds;
-  j["batch_size"] = a.batch_size;
-  j["optimizer"] = r.optimizer;
-  j["learning_rate"] = a.opt.lr;
-  j["seed"] = a.seed;
-  j["threads"] = r.threads;
-  j["keep_batchnorm_fp32"] = a.keep_bn;
-  j["data"] = a.data;
-  j["mixprec_version"] = MIXPREC_VERSION;
-  j["cpu_features"] = describe(cpu_features());
-  j["epoch_metrics"] = h.epoch_metrics;
-  j["grad_stats"] = h.grad_stats;
-  j["overflow_events"] = overflow_json(r.guard);
-  j["overflow_event_count"] = r.guard.event_count();
-  nlohmann::json promos = nlohmann::json::array();
-  for (const train::Promotion& p : r.guard.promotions())
-    promos.push_back({{"step", p.step}, {"cell", p.cell}, {"from", p.from}, {"to", p.to}});
-  j["promotions"] = promos;
-  j["warnings"] = r.guard.warnings();
-  j["on_overflow"] = a.on_overflow;
-  j["check_numerics"] = a.check_numerics;
-  if (!r.guard.stop_reason().empty()) j["stopped"] = r.guard.stop_reason();
-  if (!r.interrupted.empty()) j["interrupted"] = r.interrupted;
-  nlohmann::json table = nlohmann::json::array();
-  for (const amp::PrecisionRow& p : r.precision_rows)
-    table.push_back({{"cell", p.cell}, {"type", p.type}, {"ops", p.ops}, {"compute", p.compute},
-                     {"weights", p.weights}, {"output", p.output}});
-  j["precision_table"] = table;
-  write_file_replacing(a.report, j.dump(2) + "\n", "--report");
-  std::printf("wrote report %s\n", a.report.c_str());
-}
-
 void print_summary(const RunResult& r) {
   const History& h = r.history;
+  if (const nn::DistributedGradReducer* red = r.step.grad_reducer()) {
+    const nn::GradReducerStats& st = red->stats();
+    const double bytes = static_cast<double>(st.reductions) * static_cast<double>(st.bytes_per_reduction);
+    std::printf("data parallel: waited %.2f s for gradient all-reduces and %.2f s for the ranks' agreement "
+                "(%.1f%% of training); %.0f%% of the gradient bytes were reduced when backward ended\n",
+                st.wait_seconds, st.sync_seconds, 100.0 * (st.wait_seconds + st.sync_seconds) / std::max(r.train_seconds, 1e-9),
+                100.0 * static_cast<double>(st.bytes_done_early) / std::max(bytes, 1.0));
+  }
   if (r.resumed_at < 0)
     std::printf("%lld steps (%lld skipped) in %.1f s, %.0f samples/s, peak memory %.1f MB\n",
                 static_cast<long long>(h.steps_this_run), static_cast<long long>(h.skipped_this_run), r.train_seconds,
@@ -217,7 +110,7 @@ void print_summary(const RunResult& r) {
 }
 
 // After a stop that the user did not ask for with --max-steps: what was saved and how to go on.
-void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool checkpoint_saved) {
+void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool checkpoint_saved, const ParallelRun& par) {
   if (a.checkpoint.empty()) {
     std::printf("no checkpoint was saved (no --checkpoint): this run cannot be resumed\n");
   } else if (!checkpoint_saved) {
@@ -225,21 +118,29 @@ void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool c
                 static_cast<long long>(model.global_step()));
   } else {
     std::printf("saved %s at step %lld; continue with:\n  %s\n", a.checkpoint.c_str(),
-                static_cast<long long>(model.global_step()), resume_command(command_line(), a.checkpoint).c_str());
+                static_cast<long long>(model.global_step()),
+                (launcher_prefix(par) + resume_command(command_line(), a.checkpoint)).c_str());
   }
   std::fflush(stdout);
 }
 
 void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell& step, const std::string& optimizer,
-                  int threads) {
+                  int threads, const ParallelRun& par) {
   const AmpLevel level = parse_amp_level(a.amp_level);
   std::printf("mixprec %s: training %s on %s (%lld samples, %lld steps/epoch, batch %lld)\n", MIXPREC_VERSION,
-              a.model.c_str(), a.data.c_str(), static_cast<long long>(d.train.num_samples()),
+              a.model.c_str(), a.data.c_str(), static_cast<long long>(d.train.num_samples() * par.ranks),
               static_cast<long long>(d.train.num_batches()), static_cast<long long>(a.batch_size));
   std::printf("amp_level %s, dtype %s, loss scale %s, optimizer %s lr %g, %d threads, cpu: %s\n",
               std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
               step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
               optimizer.c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
+  if (const nn::DistributedGradReducer* red = step.grad_reducer())
+    std::printf("data parallel: %d ranks x batch %lld = global batch %lld, %lld samples per rank per epoch; gradients "
+                "averaged in %s, %d bucket%s (%.1f MB per step), %s; %d thread%s per rank\n", par.ranks,
+                static_cast<long long>(a.batch_size), static_cast<long long>(a.batch_size * par.ranks),
+                static_cast<long long>(d.train.num_samples()), a.grad_allreduce_dtype.c_str(), red->stats().buckets,
+                red->stats().buckets == 1 ? "" : "s", static_cast<double>(red->stats().bytes_per_reduction) / 1e6,
+                a.grad_overlap ? "started during backward" : "after backward", threads, threads == 1 ? "" : "s");
   if (level == AmpLevel::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
   if (parse_low_dtype(a.dtype) == DType::f16 && level != AmpLevel::O0)
     std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
@@ -288,42 +189,6 @@ bool attempt(std::vector<std::string>& errors, F&& write) {
   }
 }
 
-// After training: the final metrics, the checkpoint, the summary and the report, each attempted
-// whatever happened to the others; after an early stop, how to continue. A stop signal is looked
-// for after each phase. Exit status: 1 if any write failed (each failure printed with its path
-// and reason), else 128 + the signal, else 3 after a guard stop, else 0.
-int finish(const TrainArgs& a, train::Model& model, RunResult& r, const io::Metadata& settings,
-           const TraceWriter* trace, const dataset::Dataset& test, std::chrono::steady_clock::time_point t0) {
-  bool announced = false;
-  std::vector<std::string> errors;
-  if (trace && !trace->error().empty()) {
-    errors.push_back(trace->error() + " (training stopped at step " + std::to_string(model.global_step()) + ")");
-    r.interrupted = "stopped: " + trace->error();
-  }
-  note_stop_signal(r, model, announced);
-  r.metrics = final_metrics(a, model, r.history, test, !r.interrupted.empty() || !r.guard.stop_reason().empty());
-  note_stop_signal(r, model, announced);
-  const bool checkpoint_saved = !a.checkpoint.empty() && attempt(errors, [&] {
-    with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, settings); });
-    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
-  });
-  note_stop_signal(r, model, announced);
-  if (!r.guard.stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", r.guard.stop_reason().c_str());
-  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.samples_per_second = static_cast<double>(r.history.steps_this_run * a.batch_size) / std::max(r.train_seconds, 1e-9);
-  print_summary(r);
-  if (!a.report.empty()) attempt(errors, [&] { write_report(a, r); });
-  note_stop_signal(r, model, announced);
-  const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
-  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved);
-  std::fflush(stdout);
-  for (const std::string& e : errors) std::fprintf(stderr, "mixprec: error: %s\n", e.c_str());
-  const int sig = note_stop_signal(r, model, announced);  // last look, just before the exit status
-  if (!errors.empty()) return 1;
-  if (sig) return 128 + sig;
-  return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
-}
-
 // The run's output files; a checkpoint is never a stream (a FIFO, /dev/stdout).
 struct OutputPath {
   const std::string& path;
@@ -334,63 +199,169 @@ std::vector<OutputPath> output_paths(const TrainArgs& a) {
   return {{a.report, "--report", true}, {a.checkpoint, "--checkpoint", false}, {a.trace, "--trace", true}};
 }
 
-int run_train(const TrainArgs& a) {
-  const auto t0 = std::chrono::steady_clock::now();
-  as_usage_error([&] { validate(a); });
-  for (const OutputPath& o : output_paths(a)) check_writable(o.path, o.flag, o.stream_ok);
-  const int threads = set_threads(a.threads);
-  const io::Metadata settings = trajectory_settings(a, threads);
-  if (!a.resume.empty()) check_same_settings(io::read_safetensors_metadata(a.resume), settings, a.resume);
+// The command line, checked, and what follows from it before anything is built: the data-parallel
+// group (joined here), the outputs (rank 0 alone writes the report and the trace; the library
+// lets only rank 0 write the checkpoint), the thread count, the settings a resume must match.
+struct Setup {
+  TrainArgs a;
+  ParallelRun par;
+  int threads = 0;
+  io::Metadata settings{};
+};
+
+Setup parse(const TrainArgs& args) {
+  as_usage_error([&] { validate(args); });
+  Setup s{args, start_parallel(args)};
+  if (s.par.rank != 0) s.a.report = s.a.trace = "";
+  if (s.par.rank == 0)
+    for (const OutputPath& o : output_paths(s.a)) check_writable(o.path, o.flag, o.stream_ok);
+  s.threads = set_threads(parallel_threads(s.a, s.par));
+  s.settings = trajectory_settings(s.a, s.threads);
+  if (!s.a.resume.empty()) check_same_settings(io::read_safetensors_metadata(s.a.resume), s.settings, s.a.resume);
+  return s;
+}
+
+// What a run trains and records: the network, data, optimizer and Model (which refers to the
+// others, so a Session stays where it was built), the precision table, and the callbacks whose
+// records the end of the run reads.
+struct Session {
+  std::shared_ptr<nn::Cell> net;
+  Data data;
+  std::unique_ptr<optim::Optimizer> optimizer{};
+  nn::SoftmaxCrossEntropyWithLogits loss_fn{{.sparse = true, .reduction = nn::Reduction::mean}};
+  std::unique_ptr<train::Model> model{};
+  std::vector<amp::PrecisionRow> precision_rows{};
+  std::shared_ptr<History> history{};
+  std::shared_ptr<train::OverflowGuard> guard{};
+  std::shared_ptr<TraceWriter> trace{};
+};
+
+std::unique_ptr<Session> build(const Setup& s) {
+  const TrainArgs& a = s.a;
   manual_seed(a.seed);
   std::optional<bool> keep_bn;
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
   const auto manager = parse_loss_scale(a.loss_scale);
-  std::shared_ptr<nn::Cell> net = nn::make_model(a.model);
-  const Data data = load_data(a);
-
+  std::unique_ptr<Session> run(new Session{nn::make_model(a.model), load_data(a, s.par)});
   OptimizerSpec spec = a.opt;
   // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
   // stops and resumes follows the same learning rates as one that never stopped.
-  spec.total_steps = a.epochs * data.train.num_batches();
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(spec, net->trainable_params());
-  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  spec.total_steps = a.epochs * run->data.train.num_batches();
+  run->optimizer = make_optimizer(spec, run->net->trainable_params());
   train::ModelOptions mo{.metrics = {{"Accuracy", train::Accuracy()}, {"Loss", train::Loss()}},
                          .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn, .dtype = parse_low_dtype(a.dtype),
                          .step = {.check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
   if (manager) mo.loss_scale_manager = *manager;
-  train::Model model(*net, loss_fn, *optimizer, mo);
-  amp::TrainOneStepCell& step = model.train_network();
-  print_header(a, data, step, optimizer->name(), threads);
-  std::vector<amp::PrecisionRow> precision_rows;
+  run->model = std::make_unique<train::Model>(*run->net, run->loss_fn, *run->optimizer, mo);
+  print_header(a, run->data, run->model->train_network(), run->optimizer->name(), s.threads, s.par);
   if (a.show_precision || !a.report.empty()) {
-    const dataset::Batch sample = data.train.get_batch(0, 0);
-    precision_rows = amp::precision_table(*net, sample.image.slice(0, 0, std::min<int64_t>(8, sample.size())));
-    if (a.show_precision) std::printf("%s", amp::format_precision_table(precision_rows).c_str());
+    const dataset::Batch sample = run->data.train.get_batch(0, 0);
+    run->precision_rows = amp::precision_table(*run->net, sample.image.slice(0, 0, std::min<int64_t>(8, sample.size())));
+    if (a.show_precision) std::printf("%s", amp::format_precision_table(run->precision_rows).c_str());
   }
+  return run;
+}
 
-  train::TrainOptions topts{.max_steps = a.max_steps};
-  const int64_t resumed_at = a.resume.empty() ? -1 : resume(a, model, topts);
-  auto history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &data.test);
-  auto guard = std::make_shared<train::OverflowGuard>(
-      train::GuardOptions{.action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate});
-  std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), history, guard};
-  // Every check has passed: only now are missing output directories created.
-  for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
-  std::shared_ptr<TraceWriter> trace;
-  if (!a.trace.empty()) callbacks.emplace_back(trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
-  if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, settings));
+// Progress, history (with the per-epoch evaluation), the overflow guard, the rank check, the
+// trace, periodic checkpoints and the stop-signal check. Every check has passed by now: only here
+// are missing output directories created.
+std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int64_t resumed_at) {
+  const TrainArgs& a = s.a;
+  run.history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &run.data.test, s.par);
+  run.guard = std::make_shared<train::OverflowGuard>(train::GuardOptions{
+      .action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate, .print = s.par.rank == 0});
+  std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), run.history, run.guard};
+  if (s.par.on && a.check_ranks > 0) callbacks.emplace_back(train::RankConsistencyCheck(a.check_ranks));
+  if (s.par.rank == 0)
+    for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
+  if (!a.trace.empty()) callbacks.emplace_back(run.trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
+  if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, s.settings));
   callbacks.emplace_back(train::LambdaCallback([](train::RunContext& c) { c.stop_requested |= StopSignals::received() != 0; }));
-  StopSignals signals;
+  return callbacks;
+}
+
+// Trains; what the run produced, for its end.
+RunResult train_session(const Setup& s, Session& run, const std::vector<train::CallbackRef>& callbacks,
+                        const train::TrainOptions& topts, int64_t resumed_at) {
   reset_peak_memory();
   const auto train_start = std::chrono::steady_clock::now();
-  model.train(a.epochs, data.train, callbacks, topts);
-  RunResult r{*history, *guard, step, precision_rows};
+  run.model->train(s.a.epochs, run.data.train, callbacks, topts);
+  RunResult r{*run.history, *run.guard, run.model->train_network(), run.precision_rows, s.par};
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   r.peak = memory_stats().peak_bytes;
-  r.optimizer = optimizer->name();
-  r.threads = threads;
+  r.optimizer = run.optimizer->name();
+  r.threads = s.threads;
   r.resumed_at = resumed_at;
-  return finish(a, model, r, settings, trace.get(), data.test, t0);
+  return r;
+}
+
+// After training: the final metrics, the checkpoint, the summary and the report, each attempted
+// whatever happened to the others; after an early stop, how to continue. A stop signal is looked
+// for after each phase. Exit status: 1 if any write failed (each failure printed with its path
+// and reason), else 128 + the signal, else 3 after a guard stop, else 0.
+int finish(const Setup& s, Session& run, RunResult& r, std::chrono::steady_clock::time_point t0) {
+  const TrainArgs& a = s.a;
+  train::Model& model = *run.model;
+  bool announced = false;
+  std::vector<std::string> errors;
+  if (run.trace && !run.trace->error().empty()) {
+    errors.push_back(run.trace->error() + " (training stopped at step " + std::to_string(model.global_step()) + ")");
+    r.interrupted = "stopped: " + run.trace->error();
+  }
+  note_stop_signal(r, model, announced);
+  // Evaluation is collective: the ranks decide together whether the run stopped early.
+  r.metrics = final_metrics(a, model, r.history, run.data.test,
+                            agreed(!r.interrupted.empty() || !r.guard.stop_reason().empty(), r.par));
+  note_stop_signal(r, model, announced);
+  const bool checkpoint_saved = !a.checkpoint.empty() && attempt(errors, [&] {
+    with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, s.settings); });
+    std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
+  });
+  note_stop_signal(r, model, announced);
+  if (!r.guard.stop_reason().empty()) std::fprintf(stderr, "mixprec: %s\n", r.guard.stop_reason().c_str());
+  r.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.samples_per_second =
+      static_cast<double>(r.history.steps_this_run * a.batch_size * r.par.ranks) / std::max(r.train_seconds, 1e-9);
+  print_summary(r);
+  if (!a.report.empty()) attempt(errors, [&] { report::write_run_summary(a, r); });
+  note_stop_signal(r, model, announced);
+  const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
+  if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved, r.par);
+  std::fflush(stdout);
+  for (const std::string& e : errors) std::fprintf(stderr, "mixprec: error: %s\n", e.c_str());
+  const int sig = note_stop_signal(r, model, announced);  // last look, just before the exit status
+  if (!errors.empty()) return 1;
+  if (sig) return 128 + sig;
+  return r.guard.stop_reason().empty() ? 0 : 3;  // --on-overflow stop ended the run early
+}
+
+// Parse, build, resume, train; then evaluate, save and report (finish).
+int run_train(const TrainArgs& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Setup s = parse(args);
+  const std::unique_ptr<Session> run = build(s);
+  train::TrainOptions topts{.max_steps = s.a.max_steps};
+  const int64_t resumed_at = s.a.resume.empty() ? -1 : resume(s.a, *run->model, topts);
+  const std::vector<train::CallbackRef> callbacks = make_callbacks(s, *run, resumed_at);
+  StopSignals signals;  // from here to the exit status: a first SIGINT/SIGTERM only stops training
+  RunResult r = train_session(s, *run, callbacks, topts, resumed_at);
+  return finish(s, *run, r, t0);
+}
+
+// The options of a data-parallel run (they change nothing in a single process).
+void add_parallel_options(CLI::App* cmd, TrainArgs& a) {
+  cmd->add_option("--check-ranks", a.check_ranks,
+                  "Data parallel (mpirun): every N steps compare a hash of every parameter, the loss scale and the step "
+                  "counters across the ranks; stop naming the first difference (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--grad-allreduce-dtype", a.grad_allreduce_dtype,
+                  "Data parallel: f32 | bf16 (half the bytes; summed with f32 arithmetic)")
+      ->capture_default_str();
+  cmd->add_option("--grad-bucket-mb", a.grad_bucket_mb,
+                  "Data parallel: gradients travel in buckets of about this many MB (the first, of the last layers, 1 MB)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-grad-overlap", a.grad_overlap,
+                "Data parallel: all-reduce the gradients after backward instead of during it (to measure the overlap)");
 }
 
 }  // namespace
@@ -457,6 +428,7 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--print-every", a->print_every, "Progress line every N steps, N >= 1 (when not a terminal)")
       ->capture_default_str();
+  add_parallel_options(cmd, *a);
   return {cmd, [a] { return run_train(*a); }};
 }
 

@@ -2,13 +2,18 @@
 // mixprec::Error into a message and exit status 1; a bad command line exits 2, whether CLI11
 // refuses it (unknown option, unparsable or empty value) or a command's own validation does
 // (cli::UsageError: a value out of range, an unknown choice, conflicting options). No option
-// accepts an empty value: "" is an error, never "not given".
+// accepts an empty value: "" is an error, never "not given". Data parallel (under mpirun): an
+// error names its rank and ends the whole group (MPI_Abort), since the other ranks may be waiting
+// for this one in a collective; a rank-consistency mismatch, which every rank reaches, is printed
+// once by rank 0.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cli_error.h"
 #include "commands.h"
+#include "mixprec/comm/collectives.h"
+#include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
 #include "mixprec/version.h"
 
@@ -25,6 +30,29 @@ static void refuse_empty_values(CLI::App* cmd) {
       "", "NonEmpty");
   for (CLI::Option* opt : cmd->get_options())
     if (opt->get_expected_min() > 0) opt->check(non_empty);
+}
+
+// Prints `e` and returns `status`; in a data-parallel run of several ranks, ends the group.
+static int fail(const std::exception& e, int status) {
+  namespace communication = mixprec::communication;
+  const int ranks = communication::get_group_size();
+  if (!communication::is_initialized() || ranks == 1) {
+    std::fprintf(stderr, "mixprec: error: %s\n", e.what());
+    communication::release();
+    return status;
+  }
+  const int rank = communication::get_rank();
+  if (dynamic_cast<const mixprec::comm::RankMismatchError*>(&e)) {  // every rank is here
+    if (rank == 0) std::fprintf(stderr, "mixprec: error: %s\n", e.what());
+    std::fflush(stderr);
+    mixprec::comm::barrier();
+    communication::release();
+    return status;
+  }
+  std::fprintf(stderr, "mixprec: error (rank %d of %d): %s\n", rank, ranks, e.what());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  communication::abort_group(status);
 }
 
 }  // namespace mixprec::cli
@@ -54,16 +82,15 @@ int main(int argc, char** argv) {
   }
   try {
     for (const auto& c : commands)
-      if (c.app->parsed()) return c.run();
+      if (c.app->parsed()) {
+        const int status = c.run();
+        mixprec::communication::release();  // a data-parallel run leaves its group (all ranks get here)
+        return status;
+      }
   } catch (const mixprec::cli::UsageError& e) {
-    std::fprintf(stderr, "mixprec: error: %s\n", e.what());
-    return 2;
-  } catch (const mixprec::Error& e) {
-    std::fprintf(stderr, "mixprec: error: %s\n", e.what());
-    return 1;
+    return mixprec::cli::fail(e, 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mixprec: error: %s\n", e.what());
-    return 1;
+    return mixprec::cli::fail(e, 1);
   }
   return 0;
 }

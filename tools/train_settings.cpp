@@ -46,6 +46,7 @@ constexpr SettingSpec kSettings[] = {
     {"cli.keep_batchnorm_fp32", "--keep-batchnorm-fp32", Kind::text},
     {"cli.loss_scale", "--loss-scale", Kind::text},
     {"cli.on_overflow", "--on-overflow", Kind::promote},
+    {"cli.grad_allreduce_dtype", "--grad-allreduce-dtype", Kind::text},
     {"cli.threads", "--threads", Kind::note},
 };
 
@@ -113,6 +114,11 @@ void validate(const TrainArgs& a) {
   check_range(a.grad_stats_every >= 0, "--grad-stats", "at least 0 (0: off)", static_cast<double>(a.grad_stats_every));
   check_range(a.max_skip_rate >= 0 && a.max_skip_rate <= 1, "--max-skip-rate", "a number in [0, 1]", a.max_skip_rate);
   check_range(a.print_every >= 1, "--print-every", "at least 1", static_cast<double>(a.print_every));
+  check_range(a.check_ranks >= 0, "--check-ranks", "at least 0 (0: off)", static_cast<double>(a.check_ranks));
+  check_range(std::isfinite(a.grad_bucket_mb) && a.grad_bucket_mb > 0, "--grad-bucket-mb", "a finite number > 0",
+              a.grad_bucket_mb);
+  MIXPREC_CHECK(a.grad_allreduce_dtype == "f32" || a.grad_allreduce_dtype == "bf16",
+                "--grad-allreduce-dtype: expected f32 or bf16, got '", a.grad_allreduce_dtype, "'");
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
                 "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
   with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
@@ -152,6 +158,7 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
           {"cli.keep_batchnorm_fp32", a.keep_bn},
           {"cli.loss_scale", a.loss_scale},
           {"cli.on_overflow", a.on_overflow},
+          {"cli.grad_allreduce_dtype", a.grad_allreduce_dtype},
           {"cli.threads", std::to_string(threads)}};
 }
 

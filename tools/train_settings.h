@@ -39,6 +39,11 @@ struct TrainArgs {
   int64_t grad_stats_every = 0;
   double max_skip_rate = 0.05;
   int64_t print_every = 100;
+  // Data parallel (under mpirun).
+  int64_t check_ranks = 0;                 // compare the ranks' state every N steps (0: off)
+  std::string grad_allreduce_dtype = "f32";  // f32 | bf16
+  bool grad_overlap = true;                // start all-reduces during backward
+  double grad_bucket_mb = 25.0;            // all-reduce bucket size
 };
 
 // Throws naming the option for a value out of its range, an unknown choice (--amp-level,

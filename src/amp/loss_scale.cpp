@@ -1,9 +1,12 @@
-// Loss-scale managers and functional scalers: the state machines of DESIGN.md "Loss scaling".
+// Loss-scale managers and functional scalers: the state machines of DESIGN.md "Loss scaling";
+// and the cross-rank agreement on finite flags that keeps data-parallel ranks deciding alike.
 #include "mixprec/amp/loss_scale.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "mixprec/comm/collectives.h"
+#include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
 #include "mixprec/ops/ops.h"
 
@@ -98,7 +101,27 @@ std::vector<Tensor> LossScaler::unscale(const std::vector<Tensor>& grads) const 
 
 bool LossScaler::unscale_(const std::vector<Tensor>& grads) const {
   detail::check_gradient_list(grads, "LossScaler::unscale_", /*allow_empty=*/false);
-  return unscale_and_check(grads, scale_);
+  return finite_on_all_ranks(unscale_and_check(grads, scale_));
+}
+
+// ---------------------------------------------------------------- consensus across ranks
+
+namespace {
+bool g_consensus = true;
+}
+
+void testing::set_overflow_consensus(bool enabled) { g_consensus = enabled; }
+
+bool detail::ranks_agree() { return is_data_parallel() && g_consensus; }
+
+void detail::agree_on_flags(std::span<double> flags) {
+  if (ranks_agree()) comm::all_reduce_max(flags);
+}
+
+bool finite_on_all_ranks(bool local_finite) {
+  double flag = local_finite ? 0.0 : 1.0;
+  detail::agree_on_flags({&flag, 1});
+  return flag == 0.0;
 }
 
 StaticLossScaler::StaticLossScaler(double s) : LossScaler(s) {

@@ -120,7 +120,7 @@ void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bo
 
 bool all_finite(const std::vector<Tensor>& tensors) {
   detail::check_gradient_list(tensors, "all_finite", /*allow_empty=*/false);
-  return unscale_and_check(tensors, 1.0);  // scale 1: the read-only check pass
+  return finite_on_all_ranks(unscale_and_check(tensors, 1.0));  // scale 1: the read-only check pass
 }
 
 }  // namespace mixprec::amp

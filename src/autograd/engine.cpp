@@ -84,17 +84,24 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     }
   }
 
+  // Edges still to deliver into each captured leaf (counted in step 1, for on_capture_ready).
+  std::vector<int> capture_pending(captured.size(), 0);
   auto deliver_leaf = [&](const Edge& e, Tensor g) {
-    if (!g.defined()) return;
     const std::shared_ptr<AutogradMeta>& leaf = e.leaf;
-    if (g.dtype() != e.leaf_dtype) g = ops::amp_cast(g, e.leaf_dtype);
-    if (!g.is_contiguous()) g = g.contiguous();  // e.g. a stride-0 view from a sum's backward
-    if (options.capture) {
-      auto it = capture_index.find(leaf.get());
+    auto it = options.capture ? capture_index.find(leaf.get()) : capture_index.end();
+    if (g.defined()) {
+      if (g.dtype() != e.leaf_dtype) g = ops::amp_cast(g, e.leaf_dtype);
+      if (!g.is_contiguous()) g = g.contiguous();  // e.g. a stride-0 view from a sum's backward
       if (it != capture_index.end()) captured[it->second] = accumulate(captured[it->second], g);
-      return;
+      else if (!options.capture) leaf->grad = accumulate(leaf->grad, g);
     }
-    leaf->grad = accumulate(leaf->grad, g);
+    if (it != capture_index.end() && --capture_pending[it->second] == 0 && options.on_capture_ready &&
+        captured[it->second].defined())
+      options.on_capture_ready(it->second, captured[it->second]);
+  };
+  auto count_capture_edge = [&](const Edge& e) {
+    if (!options.capture || !e.leaf) return;
+    if (auto it = capture_index.find(e.leaf.get()); it != capture_index.end()) ++capture_pending[it->second];
   };
 
   // 1. Seeds, and dependency counts by an explicit-stack walk.
@@ -114,6 +121,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     check_seed(out, seed_in);
     Tensor seed = seed_in.defined() ? seed_in : ones(out.shape(), {.dtype = out.dtype(), .device = out.device()});
     seeds.emplace_back(graph::edge_of(out), seed);
+    if (!out.grad_fn()) count_capture_edge(seeds.back().first);
     if (out.grad_fn()) visit(out.grad_fn().get());
   }
   while (!stack.empty()) {
@@ -123,6 +131,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
                   "' was already freed by an earlier backward",
                   Hint{"pass retain_graph = true to the first backward to run it twice"});
     for (const Edge& e : n->next) {
+      count_capture_edge(e);
       if (!e.fn) continue;
       visit(e.fn.get());
       ++buffers[e.fn.get()].pending;

@@ -146,9 +146,13 @@ std::shared_ptr<const Source> make_mnist_source(const char* who, const fs::path&
 }  // namespace
 
 MnistDataset::MnistDataset(const std::filesystem::path& dir, MnistOptions options)
-    : Dataset(make_mnist_source("MnistDataset", dir, options)) {}
+    : Dataset(make_mnist_source("MnistDataset", dir, options)) {
+  if (options.num_shards != 1 || options.shard_id != 0) Dataset::operator=(shard(options.num_shards, options.shard_id));
+}
 
 FashionMnistDataset::FashionMnistDataset(const std::filesystem::path& dir, MnistOptions options)
-    : Dataset(make_mnist_source("FashionMnistDataset", dir, options)) {}
+    : Dataset(make_mnist_source("FashionMnistDataset", dir, options)) {
+  if (options.num_shards != 1 || options.shard_id != 0) Dataset::operator=(shard(options.num_shards, options.shard_id));
+}
 
 }  // namespace mixprec::dataset

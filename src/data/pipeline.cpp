@@ -65,6 +65,20 @@ Dataset Dataset::take(int64_t count) const {
   return d;
 }
 
+Dataset Dataset::shard(int64_t num_shards, int64_t shard_id) const {
+  MIXPREC_CHECK(num_shards >= 1 && shard_id >= 0 && shard_id < num_shards,
+                "Dataset::shard: expected num_shards >= 1 and 0 <= shard_id < num_shards, got num_shards ",
+                num_shards, ", shard_id ", shard_id);
+  MIXPREC_CHECK(num_shards_ == 1, "Dataset::shard: the dataset is already shard ", shard_id_, " of ", num_shards_,
+                Hint{"shard once, with the number of ranks"});
+  MIXPREC_CHECK(!take_batches_, "Dataset::shard: called after batch().take(", *take_batches_,
+                "), which counts batches of the unsharded data", Hint{"shard before batch() and take()"});
+  Dataset d = *this;
+  d.num_shards_ = num_shards;
+  d.shard_id_ = shard_id;
+  return d;
+}
+
 Dataset Dataset::prefetch(int depth) const {
   MIXPREC_CHECK(depth >= 0 && depth <= 64, "Dataset::prefetch: expected a depth in [0, 64], got ",
                 depth);
@@ -81,7 +95,7 @@ int64_t Dataset::rows() const {
 }
 
 int64_t Dataset::num_samples() const {
-  const int64_t n = rows();
+  const int64_t n = shard_rows();
   const int64_t all_batches = drop_remainder_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
   if (!take_batches_ || *take_batches_ >= all_batches) return n;
   return *take_batches_ * batch_size_;  // the taken batches are all full ones
@@ -97,22 +111,29 @@ std::vector<int64_t> Dataset::epoch_order(int64_t epoch) const {
   const int64_t n = pool_size();
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[i] = i;
-  if (!shuffle_seed_) {
-    order.resize(static_cast<size_t>(num_samples()));
-    return order;
+  if (shuffle_seed_) shuffle_order(order, *shuffle_seed_, epoch);
+  order.resize(static_cast<size_t>(rows()));  // a take() after shuffle() keeps the first rows
+  if (num_shards_ > 1) {
+    const int64_t per = shard_rows();
+    for (int64_t i = 0; i < per; ++i) order[i] = order[i * num_shards_ + shard_id_];
   }
+  order.resize(static_cast<size_t>(num_samples()));
+  return order;
+}
+
+// Permutes `order` for `epoch` of `seed`.
+void Dataset::shuffle_order(std::vector<int64_t>& order, uint64_t seed, int64_t epoch) {
+  const int64_t n = static_cast<int64_t>(order.size());
   // The epoch's key is block `epoch` of the seed's stream; the shuffle draws from that key's
   // stream from counter 0. Draw i picks j in [0, i] by a 64x64 -> high-64 multiply (bias below
   // n / 2^64, i.e. none that any test could see).
-  const auto key = Generator(*shuffle_seed_).block(static_cast<uint64_t>(epoch));
+  const auto key = Generator(seed).block(static_cast<uint64_t>(epoch));
   Generator g((static_cast<uint64_t>(key[0]) << 32) | key[1]);
   for (int64_t i = n - 1; i > 0; --i) {
     const unsigned __int128 r =
         static_cast<unsigned __int128>(g.next_u64()) * static_cast<unsigned __int128>(i + 1);
     std::swap(order[i], order[static_cast<int64_t>(r >> 64)]);
   }
-  order.resize(static_cast<size_t>(num_samples()));  // a take() after shuffle() keeps the first rows
-  return order;
 }
 
 Batch Dataset::make_batch(const std::vector<int64_t>* order, int64_t epoch, int64_t index) const {
@@ -154,7 +175,7 @@ Batch Dataset::get_batch(int64_t epoch, int64_t index) const {
   MIXPREC_CHECK(index >= 0 && index < num_batches(),
                 "Dataset::get_batch: expected a batch index in [0, ", num_batches(), "), got ",
                 index);
-  if (!shuffle_seed_) return make_batch(nullptr, epoch, index);
+  if (!has_order()) return make_batch(nullptr, epoch, index);
   const std::vector<int64_t> order = epoch_order(epoch);
   return make_batch(&order, epoch, index);
 }
@@ -185,7 +206,7 @@ struct BatchIterator::State {
 
   State(Dataset ds, int64_t e, int64_t start) : dataset(std::move(ds)), epoch(e), position(start) {
     end = dataset.num_batches();
-    if (dataset.shuffle_seed_) order = dataset.epoch_order(epoch);
+    if (dataset.has_order()) order = dataset.epoch_order(epoch);
     if (dataset.prefetch_ > 0 && position < end)
       producer = std::thread([this, start] { produce(start); });
   }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/io/checkpoint.h"
@@ -73,9 +74,15 @@ double get_scale(const io::Metadata& m, const std::string& key, const std::strin
   return v;
 }
 
+// The number of ranks a run trains with: the group size in data-parallel mode, else 1.
+int64_t run_ranks(Model& model) {
+  return model.train_network().grad_reducer() ? communication::get_group_size() : 1;
+}
+
 }  // namespace
 
 void save_training_state(const std::filesystem::path& path, Model& model, const io::Metadata& extra) {
+  if (run_ranks(model) > 1 && communication::get_rank() != 0) return;  // every rank holds the same state
   amp::TrainOneStepCell& step = model.train_network();
   NoGradGuard ng;
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -96,6 +103,7 @@ void save_training_state(const std::filesystem::path& path, Model& model, const 
   const Generator& g = default_generator();
   m["rng_seed"] = std::to_string(g.seed());
   m["rng_offset"] = std::to_string(g.offset());
+  m["data_parallel_ranks"] = std::to_string(run_ranks(model));
   if (const amp::LossScaleManager* lsm = step.loss_scale_manager()) {
     const amp::LossScaleState& s = lsm->state();
     m["loss_scale"] = num(s.scale);
@@ -165,6 +173,14 @@ ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) 
   const std::string& saved_opt = field_text(m, "optimizer", file);
   MIXPREC_CHECK(saved_opt == opt.name(), file, ": saved with optimizer ", saved_opt, " but the Model's is ", opt.name());
   const SavedScalars v = read_scalars(m, file, step.loss_scale_manager());
+  // The global batch, and with it the trajectory and the data position, depend on the number of
+  // ranks: a run continues with the number it was saved with.
+  const int64_t saved_ranks = m.count("data_parallel_ranks") ? get_count(m, "data_parallel_ranks", file) : 1;
+  MIXPREC_CHECK(saved_ranks == run_ranks(model), file, ": saved by a run of ", saved_ranks,
+                saved_ranks == 1 ? " process" : " data-parallel ranks", ", but this run has ", run_ranks(model),
+                run_ranks(model) == 1 ? " process (not data parallel)" : " ranks (communication::get_group_size())",
+                Hint{"resume with as many ranks as the run that saved it (mpirun -np " + std::to_string(saved_ranks) +
+                     "): the global batch, the learning-rate schedule and the position in the data depend on it"});
 
   std::map<std::string, Tensor> weights, state;
   for (auto& [name, t] : f.tensors) {

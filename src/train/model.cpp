@@ -1,10 +1,16 @@
 // Model: builds the train step when constructed, runs epochs of batches through it with
 // callbacks, and evaluates metrics. Position bookkeeping (next epoch/batch, global step) lets a
-// checkpoint resume training exactly where it stopped.
+// checkpoint resume training exactly where it stopped. Data parallel (the context's
+// DATA_PARALLEL when the Model is built): the train step reduces and agrees by itself; here a
+// stop asked for on any rank stops every rank after the same step, and eval() splits the
+// batches over the ranks and adds up the metrics' sums, so it reports what one process would.
 #include "mixprec/train/model.h"
 
 #include <chrono>
+#include <cstdio>
 
+#include "mixprec/comm/collectives.h"
+#include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/ops/ops.h"
@@ -46,6 +52,12 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
   ctx.batch_size = ds.batch_size();
   ctx.global_step = global_step_;
   ctx.model = this;
+  const bool parallel = step.grad_reducer() != nullptr;
+  if (parallel) {
+    ctx.rank = communication::get_rank();
+    ctx.group_size = communication::get_group_size();
+    check_sharding(ds, ctx.group_size);
+  }
   for (auto& cb : callbacks) cb->on_train_begin(ctx);
   for (int64_t e = options.initial_epoch; e < epochs && !ctx.stop_requested; ++e) {
     ctx.epoch = e;
@@ -64,6 +76,11 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
       next_batch_ = batch.index + 1 == ds.num_batches() ? 0 : batch.index + 1;
       for (auto& cb : callbacks) cb->on_step_end(ctx);
       if (options.max_steps >= 0 && global_step_ >= options.max_steps) ctx.stop_requested = true;
+      if (parallel) {  // a stop on one rank (a signal, a callback) stops all after this step
+        double stop = ctx.stop_requested ? 1.0 : 0.0;
+        comm::all_reduce_max({&stop, 1});
+        ctx.stop_requested = stop != 0.0;
+      }
       if (ctx.stop_requested) break;
     }
     ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - te).count();
@@ -84,17 +101,52 @@ std::map<std::string, double> Model::eval(const dataset::Dataset& ds) {
   const bool was_training = network_.training();
   network_.set_train(false);
   NoGradGuard ng;
-  for (const dataset::Batch& batch : ds.epoch(0)) {
+  auto update = [&](const dataset::Batch& batch) {
     Tensor logits = network_(batch.image);
     logits = ops::amp_cast(logits, DType::f32);
     const Tensor loss = needs_loss ? loss_fn_(logits, batch.label) : Tensor();
     const Tensor mean_loss = loss.defined() && loss.numel() > 1 ? ops::mean(loss) : loss;
     for (auto& [name, m] : options_.metrics) m->update(logits, batch.label, mean_loss);
+  };
+  // Data parallel: rank r evaluates batches r, r + n, ... (the very batches one process would),
+  // or its own shard of a sharded dataset, and the metrics' sums are added up over the ranks.
+  const int n = train_net_->grad_reducer() ? communication::get_group_size() : 1;
+  bool summable = n > 1;
+  for (auto& [name, m] : options_.metrics) summable &= !m->sums().empty();
+  if (summable && ds.num_shards() == 1) {
+    for (int64_t b = communication::get_rank(); b < ds.num_batches(); b += n) update(ds.get_batch(0, b));
+  } else {
+    for (const dataset::Batch& batch : ds.epoch(0)) update(batch);
   }
+  if (summable) reduce_metric_sums();
   network_.set_train(was_training);
   std::map<std::string, double> out;
   for (auto& [name, m] : options_.metrics) out[name] = m->eval();
   return out;
+}
+
+void Model::reduce_metric_sums() {
+  std::vector<double> all;
+  for (auto& [name, m] : options_.metrics) {
+    const std::vector<double> v = m->sums();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  comm::all_reduce_sum(all);
+  size_t at = 0;
+  for (auto& [name, m] : options_.metrics) {
+    const size_t k = m->sums().size();
+    m->set_sums(std::vector<double>(all.begin() + static_cast<int64_t>(at), all.begin() + static_cast<int64_t>(at + k)));
+    at += k;
+  }
+}
+
+void Model::check_sharding(const dataset::Dataset& ds, int group_size) {
+  MIXPREC_CHECK(ds.num_shards() == 1 || ds.num_shards() == group_size, "Model.train: the dataset is shard ",
+                ds.shard_id(), " of ", ds.num_shards(), " but the data-parallel group has ", group_size, " ranks",
+                Hint{"shard with {.num_shards = communication::get_group_size(), .shard_id = communication::get_rank()}"});
+  if (ds.num_shards() == 1 && group_size > 1 && communication::get_rank() == 0)
+    std::fprintf(stderr, "mixprec: warning: data parallel over %d ranks with an unsharded training dataset: every rank "
+                 "trains on the same samples (shard it with {.num_shards, .shard_id})\n", group_size);
 }
 
 Tensor Model::predict(const Tensor& x) {

@@ -19,6 +19,10 @@ expect_error "dataset-fashion-mnist" train --data /nonexistent --max-steps 1
 expect_error "--resume /nonexistent: no such file" train --resume /nonexistent --max-steps 1
 expect_error "--checkpoint" eval --model lenet
 expect_error "cannot read\|No such" inspect /nonexistent.safetensors
-"$M" train --help | grep -q "O2" || fail "train --help does not mention the levels"
-"$M" --help | grep -q "train" || fail "--help does not list train"
+# Captured first: grep -q stops reading at the match, and with pipefail the help's writer, killed
+# by SIGPIPE on a later write (help longer than the 4 KiB stdio buffer), would fail the pipeline.
+help=$("$M" train --help) || fail "train --help failed"
+grep -q "O2" <<< "$help" || fail "train --help does not mention the levels"
+help=$("$M" --help) || fail "--help failed"
+grep -q "train" <<< "$help" || fail "--help does not list train"
 echo "cli errors ok"

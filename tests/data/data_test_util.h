@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mixprec/data/dataset.h"
 #include "mixprec/data/idx.h"
 #include "mixprec/error.h"
 
@@ -120,6 +121,23 @@ inline uint8_t tiny_pixel(int64_t i, int64_t j) {
   return static_cast<uint8_t>((i * 31 + j * 7) & 255);
 }
 inline uint8_t tiny_label(int64_t i) { return static_cast<uint8_t>(i % 10); }
+
+// The file-order index of every row of one epoch of a tiny split of at most 256 rows (pixel 0 of
+// row i is tiny_pixel(i, 0), distinct for i < 256).
+inline std::vector<int64_t> rows_of(const Dataset& ds, int64_t epoch, int64_t start_batch = 0) {
+  std::vector<int64_t> out;
+  const int64_t pixels = shape_numel(ds.source().sample_shape());
+  for (const Batch& b : ds.epoch(epoch, start_batch)) {
+    const std::vector<int32_t> px = b.image.to_vector<int32_t>();
+    for (int64_t r = 0; r < b.size(); ++r) {
+      const int32_t p = px[static_cast<size_t>(r * pixels)];
+      int64_t i = 0;
+      while (i < 256 && tiny_pixel(i, 0) != p) ++i;
+      out.push_back(i);
+    }
+  }
+  return out;
+}
 
 inline void write_tiny_split(const fs::path& dir, const std::string& prefix, int64_t n, int64_t h,
                              int64_t w, bool gzip, int64_t first_index = 0) {

@@ -14,6 +14,7 @@ namespace mixprec::dataset {
 namespace {
 
 using testing::TempDir;
+using testing::rows_of;
 using testing::throws_with;
 using testing::tiny_pixel;
 using testing::write_tiny_split;
@@ -26,22 +27,6 @@ class Take : public ::testing::Test {
   Dataset data() const { return MnistDataset(dir.path(), {.usage = "train"}); }
   TempDir dir;
 };
-
-// The file-order index of every row of one epoch (pixel 0 of row i is tiny_pixel(i, 0), distinct
-// for i < 256).
-std::vector<int64_t> rows_of(const Dataset& ds, int64_t epoch, int64_t start_batch = 0) {
-  std::vector<int64_t> out;
-  for (const Batch& b : ds.epoch(epoch, start_batch)) {
-    const std::vector<int32_t> px = b.image.to_vector<int32_t>();
-    for (int64_t r = 0; r < b.size(); ++r) {
-      const int32_t p = px[static_cast<size_t>(r * 4)];
-      int64_t i = 0;
-      while (i < kRows && tiny_pixel(i, 0) != p) ++i;
-      out.push_back(i);
-    }
-  }
-  return out;
-}
 
 std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));

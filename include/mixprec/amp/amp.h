@@ -14,7 +14,9 @@
 
 #include "mixprec/amp/level.h"
 #include "mixprec/amp/loss_scale.h"
+#include "mixprec/comm/collectives.h"
 #include "mixprec/nn/cell.h"
+#include "mixprec/nn/distributed.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/numerics.h"
 #include "mixprec/optim/optimizer.h"
@@ -70,7 +72,8 @@ struct StepInfo {
   int64_t step = 0;          // attempted steps so far (applied + skipped)
   double loss = 0.0;         // the unscaled fp32 loss
   bool loss_finite = true;   // false: NaN/inf already in the forward pass
-  bool overflow = false;     // some gradient (or the loss) was not finite
+  bool overflow = false;     // some gradient (or the loss) was not finite (on any rank)
+  bool local_overflow = false;  // ... on this rank (data parallel; equals overflow otherwise)
   bool skipped = false;      // the update was not applied
   double loss_scale = 1.0;   // the scale used for this step
   double lr = 0.0;           // the learning rate of this step
@@ -94,6 +97,12 @@ struct TrainStepOptions {
 };
 
 // network_with_loss(data, label) -> scalar loss; one call = one micro-batch.
+// In data-parallel mode (is_data_parallel() when it is built) the cell reduces the gradients with
+// an nn::DistributedGradReducer whose all-reduces start during backward (at the last micro-batch
+// of an accumulation), combines the finite flags of all ranks (MAX all-reduce) before the manager
+// sees them, clips by the norm of the reduced gradients, reports the loss averaged over the
+// ranks, agrees on one overflow event (that of the lowest rank that had one), and averages
+// BatchNorm statistics after each update, so that every rank keeps identical state.
 class TrainOneStepCell : public nn::Cell {
  public:
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).
@@ -116,9 +125,21 @@ class TrainOneStepCell : public nn::Cell {
   // its parameter names label the gradient statistics.
   void set_backbone(nn::Cell& backbone);
   TrainStepOptions& options() { return options_; }
+  // The data-parallel reducer (null outside data-parallel mode).
+  nn::DistributedGradReducer* grad_reducer() const { return reducer_.get(); }
+  // What every rank must hold identically: each parameter, buffer and optimizer state tensor, the
+  // loss-scale state, the optimizer step and the step counters.
+  std::vector<comm::RankCheckEntry> rank_check_entries() const;
+  // Compares rank_check_entries() across the ranks; throws comm::RankMismatchError naming the
+  // first value that differs. `when` names the moment ("step 20"). Collective.
+  void check_ranks(const std::string& when) const;
 
  private:
-  std::vector<Tensor> forward_backward(const Tensor& data, const Tensor& label, double scale, double* loss_value);
+  std::vector<Tensor> forward_backward(const Tensor& data, const Tensor& label, double scale, double* loss_value,
+                                       nn::DistributedGradReducer* reducer = nullptr);
+  void agree_on_event(std::optional<NonFiniteEvent>& event) const;
+  void apply_update(std::vector<Tensor>& grads, double grad_scale, bool overflow, bool skip,
+                    nn::DistributedGradReducer* reducer);
   std::optional<NonFiniteEvent> replay_with_checks(const Tensor& data, const Tensor& label, double scale,
                                                    const std::pair<uint64_t, uint64_t>& rng_before);
   void fill_telemetry(const AmpCounters& before);
@@ -128,6 +149,7 @@ class TrainOneStepCell : public nn::Cell {
   optim::Optimizer& optimizer_;
   Ref<LossScaleManager> manager_;
   TrainStepOptions options_;
+  std::unique_ptr<nn::DistributedGradReducer> reducer_;
   std::vector<Tensor> accumulated_;
   int micro_ = 0;
   int64_t attempted_ = 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,28 @@ bool unscale_and_check(const std::vector<Tensor>& grads, double scale);
 // tensor is an error naming its index (a gradient that was never computed is not "finite"), and
 // so is an empty list (MindSpore cannot stack an empty list either; an empty gradient list is a
 // mistake upstream, e.g. an optimizer with no parameters).
+// In data-parallel mode (is_data_parallel()) all_finite and LossScaler::unscale_ answer for every
+// rank at once: the local answer is combined with a MAX all-reduce of the non-finite flag, so all
+// ranks skip, and adjust their scalers, together. They are then collective calls.
 bool all_finite(const std::vector<Tensor>& tensors);
 
+// True only if `local_finite` holds on every rank (the MAX all-reduce above); the local value
+// outside data-parallel mode.
+bool finite_on_all_ranks(bool local_finite);
+
+namespace testing {
+// Test-only: false turns the cross-rank combination of finite flags off, so that a test can show
+// the divergence it prevents. Never turn it off in a real run.
+void set_overflow_consensus(bool enabled);
+}  // namespace testing
+
 namespace detail {
+// In place: each flag (1 = non-finite) becomes its maximum over the ranks, in one all-reduce;
+// left as it is outside data-parallel mode or with the consensus switched off for a test.
+void agree_on_flags(std::span<double> nonfinite_flags);
+// Whether agree_on_flags combines (data parallel, and not switched off for a test): the ranks
+// then take the same decisions, and may make the collective calls that follow from them.
+bool ranks_agree();
 // Throws naming `who` and the index of the first undefined tensor; also if `tensors` is empty
 // and !allow_empty.
 void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bool allow_empty);

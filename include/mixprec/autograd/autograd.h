@@ -24,6 +24,10 @@ struct BackwardOptions {
   bool retain_graph = false;
   // Gradients for these leaves are returned instead of being accumulated into .grad.
   const std::vector<Tensor>* capture = nullptr;
+  // With capture: called once per capture entry as soon as its gradient is final (every edge into
+  // that leaf has delivered), with the summed gradient, in the order gradients complete; never for
+  // an entry no gradient reaches. The data-parallel reducer starts its all-reduces here.
+  std::function<void(size_t index, const Tensor& grad)> on_capture_ready{};
 };
 
 // Runs backward from `outputs` with seed gradients `grad_outputs` (undefined: ones, for scalar

@@ -8,6 +8,11 @@
 // take(n) is the one call whose place matters, as in MindSpore: before batch() it counts rows
 // (before shuffle(): the first n rows in file order, permuted each epoch; after shuffle(): the
 // first n rows of each epoch's permutation), after batch() it counts batches.
+// shard(n, k) (MnistDataset's {.num_shards, .shard_id}) keeps, of each epoch's rows, those at
+// positions k, k + n, k + 2n, ... of the order every rank computes alike, so the shards of one
+// epoch are disjoint; every shard gets floor(rows / n) of them (the last rows mod n are left out
+// of that epoch), so all ranks have the same number of batches of the same sizes. Batch b of the
+// n shards together holds exactly the rows of batch b of the unsharded data at n times the batch.
 // Resume invariant: iterator(e, k) yields exactly the batches k, k+1, ... that iterator(e, 0)
 // yields after skipping k, on every machine and thread count. Depends on the core layer only.
 #pragma once
@@ -127,6 +132,8 @@ class Dataset {
   // MindSpore's take(count): the first `count` rows, or batches when called after batch() (see
   // the top of this file); -1 takes everything; more than there are takes everything.
   Dataset take(int64_t count) const;
+  // Shard `shard_id` of `num_shards` equal, disjoint shards of every epoch (top of this file).
+  Dataset shard(int64_t num_shards, int64_t shard_id) const;
 
   int64_t num_samples() const;
   int64_t num_batches() const;
@@ -134,9 +141,11 @@ class Dataset {
   int64_t batch_size() const { return batch_size_; }
   bool drop_remainder() const { return drop_remainder_; }
   std::optional<uint64_t> shuffle_seed() const { return shuffle_seed_; }
+  int64_t num_shards() const { return num_shards_; }
+  int64_t shard_id() const { return shard_id_; }
   const Source& source() const { return *source_; }
 
-  // The sample indices of epoch e in order (identity without shuffle).
+  // The sample indices of epoch e in order (identity without shuffle), of this shard when sharded.
   std::vector<int64_t> epoch_order(int64_t epoch) const;
   // Batch `index` of epoch `epoch`, prepared on the calling thread (O(num_samples) to order).
   Batch get_batch(int64_t epoch, int64_t index) const;
@@ -153,13 +162,19 @@ class Dataset {
     Transform transform;
     bool on_label;
   };
+  // Permutes `order` for `epoch`: Fisher-Yates on a stream keyed by (seed, epoch) alone.
+  static void shuffle_order(std::vector<int64_t>& order, uint64_t seed, int64_t epoch);
   // Builds batch `index` from the sample order (`order` null: identity).
   Batch make_batch(const std::vector<int64_t>* order, int64_t epoch, int64_t index) const;
 
   // Samples the epoch order is drawn from: the source, less what a take() before shuffle() cut.
   int64_t pool_size() const;
-  // Rows an epoch yields before batching: the pool, less what a take() after shuffle() cut.
+  // Rows an epoch yields before sharding: the pool, less what a take() after shuffle() cut.
   int64_t rows() const;
+  // Rows of this shard before batching (rows() when not sharded).
+  int64_t shard_rows() const { return rows() / num_shards_; }
+  // Whether batches are built from an explicit order (shuffled or sharded).
+  bool has_order() const { return shuffle_seed_.has_value() || num_shards_ > 1; }
 
   std::shared_ptr<const Source> source_;
   std::vector<MapStep> maps_;
@@ -171,6 +186,7 @@ class Dataset {
   std::optional<int64_t> take_rows_;           // take() before shuffle() and batch()
   std::optional<int64_t> take_shuffled_rows_;  // take() after shuffle(), before batch()
   std::optional<int64_t> take_batches_;        // take() after batch()
+  int64_t num_shards_ = 1, shard_id_ = 0;
 };
 
 class EpochRange {
@@ -193,6 +209,10 @@ struct MnistOptions {
   // The first N samples in file order (clipped to the split's size); all when unset.
   std::optional<int64_t> num_samples = std::nullopt;
   int num_classes = 10;  // every label must be < num_classes
+  // Data parallel (MindSpore's num_shards / shard_id): this rank's shard of every epoch, e.g.
+  // {.num_shards = communication::get_group_size(), .shard_id = communication::get_rank()}.
+  int64_t num_shards = 1;
+  int64_t shard_id = 0;
 };
 
 // MNIST or Fashion-MNIST from `dir`: {train,t10k}-{images-idx3,labels-idx1}-ubyte, each raw or

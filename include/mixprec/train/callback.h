@@ -1,6 +1,7 @@
 // Training callbacks (MindSpore's LossMonitor, TimeMonitor, and friends) and metrics (Accuracy,
 // Loss). A callback sees a RunContext at each stage of Model::train; it may ask training to
-// stop. Printing callbacks write plain lines, or a progress bar when stdout is a terminal.
+// stop. Printing callbacks write plain lines, or a progress bar when stdout is a terminal; in
+// data-parallel mode only rank 0 prints (every rank sees the same, already reduced, values).
 #pragma once
 
 #include <chrono>
@@ -23,7 +24,9 @@ struct RunContext {
   int64_t step_in_epoch = 0;     // 1-based index of the batch just trained in this epoch
   int64_t steps_per_epoch = 0;
   int64_t global_step = 0;       // micro-batches trained so far (applied + skipped)
-  int64_t batch_size = 0;
+  int64_t batch_size = 0;        // per rank in data-parallel mode
+  int rank = 0;                  // data parallel: this process's rank, and the group size
+  int group_size = 1;
   amp::StepInfo step;            // loss, loss scale, overflow/skip flags, lr
   double epoch_seconds = 0.0;    // since the epoch began
   double train_seconds = 0.0;    // since training began
@@ -75,7 +78,8 @@ class LossScaleMonitor : public Callback {
 };
 
 // A one-line progress bar redrawn in place when stdout is a terminal; plain periodic lines
-// (every `every` steps) otherwise.
+// (every `every` steps) otherwise, and always under mpirun (which gives each rank a terminal of
+// its own, even when mpirun's output goes to a file).
 class ProgressBar : public Callback {
  public:
   explicit ProgressBar(int64_t every = 100);
@@ -86,6 +90,21 @@ class ProgressBar : public Callback {
   int64_t every_;
   bool tty_;
   double ema_loss_ = -1.0;
+};
+
+// Data parallel: every `every` steps (and before the first), compares across the ranks a hash of
+// every parameter, buffer and optimizer state tensor, the loss-scale state and the step counters
+// (amp::TrainOneStepCell::check_ranks); a difference stops training with comm::RankMismatchError
+// naming the first value that differs and the ranks involved. Collective; nothing outside
+// data-parallel mode.
+class RankConsistencyCheck : public Callback {
+ public:
+  explicit RankConsistencyCheck(int64_t every);
+  void on_train_begin(RunContext& ctx) override;
+  void on_step_end(RunContext& ctx) override;
+
+ private:
+  int64_t every_;
 };
 
 // Calls a function at each step end (for tests, traces and custom logging).
@@ -108,6 +127,11 @@ class Metric {
   virtual void update(const Tensor& logits, const Tensor& labels, const Tensor& loss) = 0;
   virtual double eval() const = 0;
   virtual bool needs_loss() const { return false; }
+  // Data-parallel evaluation: the running sums the metric is computed from, which Model::eval
+  // adds up over the ranks and sets back. A metric that has none (empty) is evaluated on the
+  // whole dataset by every rank instead.
+  virtual std::vector<double> sums() const { return {}; }
+  virtual void set_sums(const std::vector<double>&) {}
 };
 using MetricRef = Ref<Metric>;
 
@@ -116,6 +140,8 @@ class Accuracy : public Metric {
   void clear() override { correct_ = total_ = 0; }
   void update(const Tensor& logits, const Tensor& labels, const Tensor& loss) override;
   double eval() const override;
+  std::vector<double> sums() const override;
+  void set_sums(const std::vector<double>& s) override;
 
  private:
   int64_t correct_ = 0, total_ = 0;
@@ -127,6 +153,8 @@ class Loss : public Metric {
   void update(const Tensor& logits, const Tensor& labels, const Tensor& loss) override;
   double eval() const override;
   bool needs_loss() const override { return true; }
+  std::vector<double> sums() const override { return {sum_, static_cast<double>(count_)}; }
+  void set_sums(const std::vector<double>& s) override;
 
  private:
   double sum_ = 0;

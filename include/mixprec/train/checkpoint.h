@@ -3,7 +3,9 @@
 // load_checkpoint / mixprec eval read), the optimizer's fp32 state and step count (the learning
 // rate schedule's position), the loss-scaler state, the default RNG state and the position in
 // the data order (epoch, next batch). Extra tensors live under "train_state/..." and the scalars
-// in "__metadata__". Writes are crash-safe (io/safetensors.h).
+// in "__metadata__". Writes are crash-safe (io/safetensors.h). Data parallel: rank 0 alone
+// writes (every rank holds the same state), every rank reads the file to resume, and a run
+// resumes only with the number of ranks it was saved with ("data_parallel_ranks").
 #pragma once
 
 #include <filesystem>

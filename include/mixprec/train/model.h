@@ -3,7 +3,9 @@
 // is constructed (as MindSpore's Model does), so the level applies to eval and predict before
 // any training; train(epochs, dataset, callbacks) runs it over a Dataset; eval(dataset) computes
 // the metrics; predict(x) runs the network in eval mode. The Model does not own the network,
-// loss or optimizer (as in the seed, the caller creates and keeps them).
+// loss or optimizer (as in the seed, the caller creates and keeps them). Built while the parallel
+// context is DATA_PARALLEL, it trains data parallel by itself (model.cpp); give train() each
+// rank's shard (MnistDataset {.num_shards, .shard_id}).
 #pragma once
 
 #include <map>
@@ -46,7 +48,8 @@ class Model {
 
   void train(int64_t epochs, const dataset::Dataset& train_dataset,
              std::vector<CallbackRef> callbacks = {}, TrainOptions options = {});
-  // Metric name -> value over the whole dataset (the network in eval mode, no gradients).
+  // Metric name -> value over the whole dataset (the network in eval mode, no gradients). Data
+  // parallel: collective, the same values on every rank.
   std::map<std::string, double> eval(const dataset::Dataset& dataset);
   // Network output in eval mode (fp32 at every AMP level).
   Tensor predict(const Tensor& x);
@@ -61,6 +64,8 @@ class Model {
   void set_position(int64_t epoch, int64_t batch, int64_t global_step);
 
  private:
+  void reduce_metric_sums();
+  static void check_sharding(const dataset::Dataset& ds, int group_size);
   nn::Cell& network_;
   nn::Cell& loss_fn_;
   optim::Optimizer& optimizer_;

@@ -1,0 +1,75 @@
+// The collectives the layers above use (MPI underneath; a group of one does no communication):
+// blocking all-reduces of small host arrays (sum, max), in-place all-reduce and broadcast of
+// tensors, a non-blocking in-place sum of a gradient bucket (f32, or bf16 through a user-defined
+// MPI operation that adds in f32), and the rank-consistency check behind --check-ranks. Every
+// function is collective: all ranks of the group call it, in the same order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mixprec/error.h"
+#include "mixprec/tensor.h"
+
+namespace mixprec::comm {
+
+void all_reduce_sum(std::span<double> values);
+void all_reduce_max(std::span<double> values);
+// In place over a contiguous f32 tensor.
+void all_reduce_sum(const Tensor& t);
+// Rank `root`'s bytes into every rank's contiguous tensor / string.
+void broadcast(const Tensor& t, int root = 0);
+void broadcast(std::string& s, int root = 0);
+// Every rank's `mine` (same length everywhere), rank after rank.
+std::vector<uint64_t> all_gather(std::span<const uint64_t> mine);
+void barrier();
+
+// A sum over all ranks, in place, started now and finished by wait(). While it is pending the
+// buffer must not be touched. f32 buffers are summed in f32; bf16 buffers by an operation that
+// widens both operands to f32, adds, and rounds once to bf16 (never bf16 arithmetic).
+class PendingReduce {
+ public:
+  PendingReduce();
+  PendingReduce(PendingReduce&&) noexcept;
+  PendingReduce& operator=(PendingReduce&&) noexcept;
+  ~PendingReduce();  // waits if still pending
+  bool pending() const { return impl_ != nullptr; }
+  // Lets the transport make progress; true once complete (then no longer pending).
+  bool test();
+  void wait();
+
+ private:
+  friend PendingReduce start_all_reduce_sum(const Tensor& buffer);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+PendingReduce start_all_reduce_sum(const Tensor& buffer);
+
+// ---------------------------------------------------------------- rank consistency
+
+// One value every rank must hold identically: a tensor (compared by a hash of its bytes) or a
+// number (compared exactly, and printed when ranks disagree).
+struct RankCheckEntry {
+  std::string name;
+  uint64_t hash = 0;
+  bool is_number = false;
+  double number = 0.0;
+};
+RankCheckEntry tensor_entry(std::string name, const Tensor& t);
+RankCheckEntry number_entry(std::string name, double value);
+
+// Thrown on every rank alike when the ranks disagree (a collective error: each rank reaches it).
+class RankMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Compares the entries across ranks (names and order must be the same on every rank); throws
+// RankMismatchError naming the first entry that differs, the ranks that differ from rank 0, the
+// values when it is a number, and how many entries differ in all. `when` says where ("step 20").
+void check_same_on_all_ranks(const std::vector<RankCheckEntry>& entries, const std::string& when);
+
+}  // namespace mixprec::comm

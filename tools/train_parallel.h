@@ -1,0 +1,29 @@
+// Data parallel for `mixprec train` started by mpirun: joins the group, sets the parallel context
+// (gradients averaged, in the --grad-allreduce-dtype), gives each rank its share of the cores
+// unless --threads or OMP_NUM_THREADS chose, and silences stdout on ranks other than 0 (progress,
+// summary and report come from rank 0 alone; errors still reach stderr from any rank). Decisions
+// a rank could take alone (was the run interrupted?) are agreed on with agreed().
+#pragma once
+
+#include <string>
+
+#include "train_settings.h"
+
+namespace mixprec::cli {
+
+struct ParallelRun {
+  bool on = false;  // started by a launcher: data parallel, even with one rank
+  int rank = 0;
+  int ranks = 1;
+};
+
+// Call first: joins the group when a launcher started this process (else does nothing).
+ParallelRun start_parallel(const TrainArgs& a);
+// The thread count to apply for --threads (0 keeps OpenMP's default).
+int parallel_threads(const TrainArgs& a, const ParallelRun& p);
+// True if `local` is true on any rank (a MAX all-reduce; `local` outside data parallel).
+bool agreed(bool local, const ParallelRun& p);
+// "mpirun -np N " when data parallel, for the printed --resume command.
+std::string launcher_prefix(const ParallelRun& p);
+
+}  // namespace mixprec::cli
