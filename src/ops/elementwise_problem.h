@@ -293,6 +293,16 @@ struct PointwiseProblem {
   int arity() const { return in[2].defined() ? 3 : in[1].defined() ? 2 : 1; }
 };
 
+// Whether a formula of n operands computes p in double (the output or an operand is f64) rather
+// than float: the rule at the top of this file, for every backend. Asserts p has n operands.
+inline bool computes_in_f64(const PointwiseProblem& p, int n) {
+  MIXPREC_ASSERT(p.arity() == n, "pointwise ", pointwise_fn_name(p.fn), ": expected ", n,
+                 " operands, got ", p.arity());
+  bool f64 = p.out.dtype() == DType::f64;
+  for (int k = 0; k < n; ++k) f64 = f64 || p.in[static_cast<size_t>(k)].dtype() == DType::f64;
+  return f64;
+}
+
 // Calls g(functor) with fn's functor, its parameters set from p.
 template <class G> decltype(auto) visit_pointwise(const PointwiseProblem& p, G&& g) {
   namespace pw = formulas;

@@ -63,10 +63,7 @@ void log_elementwise(size_t inputs, const Tensor& out, DType in_dtype) {
 void pointwise(const PointwiseProblem& p) {
   visit_pointwise(p, [&](const auto& f) {
     constexpr int n = std::remove_cvref_t<decltype(f)>::arity;
-    MIXPREC_ASSERT(p.arity() == n, "pointwise ", pointwise_fn_name(p.fn), ": expected ", n,
-                   " operands, got ", p.arity());
-    bool f64 = p.out.dtype() == DType::f64;
-    for (int k = 0; k < n; ++k) f64 = f64 || p.in[static_cast<size_t>(k)].dtype() == DType::f64;
+    const bool f64 = computes_in_f64(p, n);
     std::array<const Tensor*, n> ins;
     for (int k = 0; k < n; ++k) ins[static_cast<size_t>(k)] = &p.in[static_cast<size_t>(k)];
     if (f64)

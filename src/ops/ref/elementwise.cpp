@@ -65,10 +65,7 @@ template <class C, int N, class F> void run(const PointwiseProblem& p, const F& 
 void pointwise(const PointwiseProblem& p) {
   visit_pointwise(p, [&](const auto& f) {
     constexpr int n = std::remove_cvref_t<decltype(f)>::arity;
-    MIXPREC_ASSERT(p.arity() == n, "pointwise ", pointwise_fn_name(p.fn), ": expected ", n,
-                   " operands, got ", p.arity());
-    bool f64 = p.out.dtype() == DType::f64;
-    for (int k = 0; k < n; ++k) f64 = f64 || p.in[static_cast<size_t>(k)].dtype() == DType::f64;
+    const bool f64 = computes_in_f64(p, n);
     if (f64)
       run<double, n>(p, f);
     else
