@@ -71,11 +71,13 @@ MIXPREC_AVX2_INLINE v8 round_bf16(v8 x) {
 MIXPREC_AVX2_INLINE v8 round_f16(v8 x) {
   return (v8)_mm256_cvtph_ps(_mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT));
 }
-template <class T>
-MIXPREC_AVX2_INLINE v8 round_to(v8 x) {
-  if constexpr (std::is_same_v<T, bf16>) return round_bf16(x);
-  else if constexpr (std::is_same_v<T, f16>) return round_f16(x);
-  else return x;
+template <class T> MIXPREC_AVX2_INLINE v8 round_to(v8 x) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return round_bf16(x);
+  else if constexpr (std::is_same_v<T, f16>)
+    return round_f16(x);
+  else
+    return x;
 }
 
 // exp of each lane, Cephes' polynomial (about 1 ulp): exp(0) = 1 exactly, 0 below -87 (where
@@ -135,21 +137,18 @@ void round_softmax_row(float* x, int64_t n, DType sd, int64_t& bad) {
 // ---------------------------------------------------------------- tiles and products
 
 // Rows between T and f32 (convert_row picks the vector path; f32 is a copy).
-template <class T>
-void widen(const T* src, float* dst, int64_t n) {
+template <class T> void widen(const T* src, float* dst, int64_t n) {
   convert_row(src, dtype_of<T>(), dst, DType::f32, n);
 }
-template <class T>
-void narrow(const float* src, T* dst, int64_t n) {
+template <class T> void narrow(const float* src, T* dst, int64_t n) {
   convert_row(src, DType::f32, dst, dtype_of<T>(), n);
 }
 
 // Rows [j0, j0 + n) (n <= rows_cap) of a slice with row stride rs, widened into `rows`
 // ([rows_cap][dp], zero past n rows and d columns); `cols`, if given, gets the transpose
 // ([dp][rows_cap]).
-template <class T>
-void load_rows(const T* base, int64_t rs, int64_t j0, int64_t n, int64_t d, int64_t dp,
-               int64_t rows_cap, float* rows, float* cols) {
+template <class T> void load_rows(const T* base, int64_t rs, int64_t j0, int64_t n, int64_t d,
+                                  int64_t dp, int64_t rows_cap, float* rows, float* cols) {
   for (int64_t j = 0; j < rows_cap; ++j) {
     float* r = rows + j * dp;
     if (j < n) widen(base + (j0 + j) * rs, r, d);
@@ -173,9 +172,8 @@ MIXPREC_AVX2_INLINE void dot_tile(const float* x, const float* t, int64_t d, flo
 }
 
 // acc[0..8 NV) += sum_j w[j * ws] * rows[j * rs + 0..8 NV), j over [0, n) in order.
-template <int NV>
-MIXPREC_AVX2_INLINE void axpy_chunk(float* acc, const float* w, int64_t ws, const float* rows,
-                                    int64_t rs, int64_t n) {
+template <int NV> MIXPREC_AVX2_INLINE void axpy_chunk(float* acc, const float* w, int64_t ws,
+                                                      const float* rows, int64_t rs, int64_t n) {
   v8 a[NV];
   for (int c = 0; c < NV; ++c) a[c] = load8(acc + 8 * c);
   for (int64_t j = 0; j < n; ++j) {
@@ -227,8 +225,7 @@ Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
 }
 
 // The element pointer of row (b, h, i) of a [B, H, L, d] tensor with a unit last stride.
-template <class T>
-struct Rows {
+template <class T> struct Rows {
   T* base;
   int64_t sb, sh, sl;
   Rows(const Tensor& t)
@@ -285,9 +282,9 @@ struct FwdBuffers {  // one per thread
 
 // One row's step over one key tile: scores, online softmax update, acc += p.v. Returns the
 // overflow count of the forced softmax rounding.
-template <class T>
-MIXPREC_AVX2 int64_t fwd_row_tile(const Geometry& g, FwdBuffers& w, int64_t b, int64_t h, int64_t r,
-                                  int64_t i, int64_t j0, int64_t nc) {
+template <class T> MIXPREC_AVX2 int64_t fwd_row_tile(const Geometry& g, FwdBuffers& w, int64_t b,
+                                                     int64_t h, int64_t r, int64_t i, int64_t j0,
+                                                     int64_t nc) {
   int64_t bad = 0;
   float* s = w.s.data();
   dot_tile(w.qb.data() + r * g.Dp, w.kt.data(), g.D, g.scale, s);
@@ -309,10 +306,10 @@ MIXPREC_AVX2 int64_t fwd_row_tile(const Geometry& g, FwdBuffers& w, int64_t b, i
 }
 
 // Rows [i0, i0 + nr) of (b, h): o and lse.
-template <class T>
-MIXPREC_AVX2 int64_t fwd_unit(const Geometry& g, FwdBuffers& w, const Rows<const T>& q,
-                              const Rows<const T>& k, const Rows<const T>& v, const Rows<T>& o,
-                              float* lse, int64_t b, int64_t h, int64_t i0) {
+template <class T> MIXPREC_AVX2 int64_t fwd_unit(const Geometry& g, FwdBuffers& w,
+                                                 const Rows<const T>& q, const Rows<const T>& k,
+                                                 const Rows<const T>& v, const Rows<T>& o,
+                                                 float* lse, int64_t b, int64_t h, int64_t i0) {
   const int64_t nr = std::min(kBr, g.Lq - i0);
   load_rows(q.slice(b, h), q.sl, i0, nr, g.D, g.Dp, kBr, w.qb.data(), nullptr);
   std::fill(w.m.begin(), w.m.end(), -kInf);
@@ -338,8 +335,7 @@ MIXPREC_AVX2 int64_t fwd_unit(const Geometry& g, FwdBuffers& w, const Rows<const
   return bad;
 }
 
-template <class T>
-void fwd_typed(const AttentionFwdProblem& p) {
+template <class T> void fwd_typed(const AttentionFwdProblem& p) {
   const Geometry g = geometry(p.q, p.k, p.v, p.params);
   const Rows<const T> q(p.q), k(p.k), v(p.v);
   const Rows<T> o(p.o);
@@ -377,9 +373,9 @@ struct BwdBuffers {  // one per thread
 };
 
 // Row r (query i) against the tile: p (rounded to T) into pt, dS (rounded to T) into dst.
-template <class T>
-MIXPREC_AVX2 int64_t bwd_row_tile(const Geometry& g, BwdBuffers& w, float lse, int64_t b, int64_t h,
-                                  int64_t r, int64_t i, int64_t j0, int64_t nc) {
+template <class T> MIXPREC_AVX2 int64_t bwd_row_tile(const Geometry& g, BwdBuffers& w, float lse,
+                                                     int64_t b, int64_t h, int64_t r, int64_t i,
+                                                     int64_t j0, int64_t nc) {
   int64_t bad = 0, quiet = 0;
   const bool forced = g.sd != DType::f32;
   float* p = w.pt.data() + r * kBc;
@@ -402,10 +398,10 @@ MIXPREC_AVX2 int64_t bwd_row_tile(const Geometry& g, BwdBuffers& w, float lse, i
 }
 
 // Rows [i0, i0 + nr) against the tile [j0, j0 + nc): dV, dK of the tile and dQ of the rows.
-template <class T>
-MIXPREC_AVX2 int64_t bwd_block(const Geometry& g, BwdBuffers& w, const Rows<const T>& q,
-                               const Rows<const T>& dout, const float* lse, int64_t b, int64_t h,
-                               int64_t i0, int64_t j0, int64_t nc) {
+template <class T> MIXPREC_AVX2 int64_t bwd_block(const Geometry& g, BwdBuffers& w,
+                                                  const Rows<const T>& q, const Rows<const T>& dout,
+                                                  const float* lse, int64_t b, int64_t h,
+                                                  int64_t i0, int64_t j0, int64_t nc) {
   const int64_t nr = std::min(kBr, g.Lq - i0);
   load_rows(q.slice(b, h), q.sl, i0, nr, g.D, g.Dp, kBr, w.qb.data(), nullptr);
   load_rows(dout.slice(b, h), dout.sl, i0, nr, g.Dv, g.Dvp, kBr, w.dob.data(), nullptr);
@@ -422,9 +418,8 @@ MIXPREC_AVX2 int64_t bwd_block(const Geometry& g, BwdBuffers& w, const Rows<cons
 }
 
 // delta[i] = sum_e dO[i][e] * o[i][e] (both T, f32 sums), rounded to a forced softmax dtype.
-template <class T>
-void row_deltas(const Geometry& g, BwdBuffers& w, const Rows<const T>& o, const Rows<const T>& dout,
-                int64_t b, int64_t h) {
+template <class T> void row_deltas(const Geometry& g, BwdBuffers& w, const Rows<const T>& o,
+                                   const Rows<const T>& dout, int64_t b, int64_t h) {
   float* x = w.tmp.data();
   float* y = x + g.Dvp;
   int64_t quiet = 0;
@@ -438,24 +433,21 @@ void row_deltas(const Geometry& g, BwdBuffers& w, const Rows<const T>& o, const 
 }
 
 // The rows [j0, j0 + n) of an f32 accumulator [.][dp], times `scale`, rounded into dst.
-template <class T>
-void store_rows(const float* acc, int64_t dp, int64_t n, int64_t d, float scale, T* dst, int64_t rs,
-                float* tmp) {
+template <class T> void store_rows(const float* acc, int64_t dp, int64_t n, int64_t d, float scale,
+                                   T* dst, int64_t rs, float* tmp) {
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t e = 0; e < d; ++e) tmp[e] = acc[j * dp + e] * scale;
     narrow(tmp, dst + j * rs, d);
   }
 }
 
-template <class T>
-void fill_nan_rows(T* base, int64_t rs, int64_t n, int64_t d) {
+template <class T> void fill_nan_rows(T* base, int64_t rs, int64_t n, int64_t d) {
   const T nan = store<T>(std::numeric_limits<float>::quiet_NaN());
   for (int64_t j = 0; j < n; ++j) std::fill(base + j * rs, base + j * rs + d, nan);
 }
 
-template <class T>
-int64_t bwd_unit(const Geometry& g, BwdBuffers& w, const AttentionBwdProblem& p, int64_t b,
-                 int64_t h) {
+template <class T> int64_t bwd_unit(const Geometry& g, BwdBuffers& w, const AttentionBwdProblem& p,
+                                    int64_t b, int64_t h) {
   const Rows<const T> q(p.q), k(p.k), v(p.v), o(p.o), dout(p.dout);
   const Rows<T> dq(p.dq), dk(p.dk), dv(p.dv);
   const float* lse = static_cast<const float*>(p.lse.data_ptr()) + (b * g.H + h) * g.Lq;
@@ -490,8 +482,7 @@ int64_t bwd_unit(const Geometry& g, BwdBuffers& w, const AttentionBwdProblem& p,
   return bad;
 }
 
-template <class T>
-void bwd_typed(const AttentionBwdProblem& p) {
+template <class T> void bwd_typed(const AttentionBwdProblem& p) {
   const Geometry g = geometry(p.q, p.k, p.v, p.params);
   const int64_t units = g.B * g.H;
   int64_t bad = 0;

@@ -20,10 +20,11 @@ namespace {
 using detail::packed;
 
 // f(<C>) with C = double for f64, float otherwise (the compute types).
-template <class F>
-void visit_compute(DType ct, F&& f) {
-  if (ct == DType::f64) f.template operator()<double>();
-  else f.template operator()<float>();
+template <class F> void visit_compute(DType ct, F&& f) {
+  if (ct == DType::f64)
+    f.template operator()<double>();
+  else
+    f.template operator()<float>();
 }
 
 // Only the softmax dtype of prm, counting nothing.
