@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "mixprec/graph.h"
+#include "mixprec/grad_mode.h"
 #include "mixprec/error.h"
 #include "mixprec/nn/zoo.h"
 
