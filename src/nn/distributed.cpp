@@ -12,7 +12,7 @@
 #include "mixprec/comm/communication.h"
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
-#include "core/graph.h"
+#include "mixprec/grad_mode.h"
 
 namespace mixprec::nn {
 namespace {

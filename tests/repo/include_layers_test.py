@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The layers are enforced: every #include "..." in src/, include/, tools/ and python/ must point
 at the including file's own layer or one above it in docs/design.md's Architecture table (a layer
-the text says "depends on core alone" may use only core), and a kernel backend folder
-(src/ops/<backend>/) may not include another backend's folder. The layer order is read from the
+the text says "depends on core alone" may use only core), a kernel backend folder
+(src/ops/<backend>/) may not include another backend's folder, and an include of ours
+("mixprec/...", "ops/...") must name a header that exists. The layer order is read from the
 table itself, so the document and the check cannot drift apart.
 Usage: include_layers_test.py REPO_ROOT   (exit 1 listing every violation)"""
 import re
@@ -11,6 +12,7 @@ from pathlib import Path
 
 ROOTS = ("src", "include", "tools", "python")
 UMBRELLA = "include/mixprec/mixprec.h"
+GENERATED = {"include/mixprec/version.h"}  # written into the build tree by CMake
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -105,6 +107,12 @@ def check(repo: Path):
                 target = m.group(1)
                 line = text.count("\n", 0, m.start()) + 1
                 dst = resolve(repo, f, target)
+                first = target.split("/")[0]
+                ours = target.startswith("mixprec/") or (
+                    "/" in target and not first.startswith(".") and (repo / "src" / first).is_dir())
+                if ours and dst not in GENERATED and not (repo / dst).is_file():
+                    problems.append(f'{rel}:{line}: #include "{target}": no such header ({dst})')
+                    continue
                 dst_layer = layers.of(dst)
                 if dst_layer is None:
                     continue  # not ours (a system or third-party header spelled with quotes)
@@ -135,12 +143,14 @@ def self_test(repo: Path):
             "src/ops/ref/kernels.h": "",
             "src/ops/cpu/conv.cpp": '#include "ops/ref/kernels.h"\n',  # another backend
             "src/data/idx.cpp": '#include "mixprec/ops/ops.h"\n',  # data uses core alone
+            "src/ops/conv.cpp": '#include "mixprec/graph.h"\n',  # a header that is gone
         }
         for rel, text in files.items():
             (t / rel).parent.mkdir(parents=True, exist_ok=True)
             (t / rel).write_text(text)
         found, _ = check(t)
-        want = ["src/data/idx.cpp:1", "src/ops/cpu/conv.cpp:1", "src/ops/registry.cpp:1"]
+        want = ["src/data/idx.cpp:1", "src/ops/conv.cpp:1", "src/ops/cpu/conv.cpp:1",
+                "src/ops/registry.cpp:1"]
         got = sorted(p.split(": ")[0] for p in found)
         if got != want:
             print("include_layers: self-test failed: expected violations at", want, "got:", *found, sep="\n  ")
@@ -156,7 +166,7 @@ def main():
     for p in problems:
         print(p)
     if problems:
-        print(f"include_layers: {len(problems)} include(s) against the layer order")
+        print(f"include_layers: {len(problems)} include(s) against the layer order or naming no header")
         return 1
     if files < 100:
         print(f"include_layers: only {files} files checked; is {repo} the repository?")
