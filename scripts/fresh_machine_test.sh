@@ -134,13 +134,14 @@ for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY SSL_CER
   PIP_DEFAULT_TIMEOUT; do
   [ -n "${!v:-}" ] && net_env+=("$v=${!v}")
 done
-for m in proc sys dev dev/pts; do
+for m in proc sys dev dev/pts dev/shm; do
   mkdir -p "$root/$m"
   case $m in
     proc) mount -t proc proc "$root/proc" ;;
     sys) mount -t sysfs sysfs "$root/sys" ;;
     dev) mount --bind /dev "$root/dev" ;;
     dev/pts) mount --bind /dev/pts "$root/dev/pts" ;;
+    dev/shm) mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm" ;;  # as on a booted machine (MPI's shared memory)
   esac
   mounted+=("$root/$m")
 done
