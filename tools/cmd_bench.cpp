@@ -70,6 +70,29 @@ double measure_bandwidth_gbs() {
   return 2.0 * static_cast<double>(n) / best / 1e9;
 }
 
+// One synthetic batch for `model`: N(0, 1) images with labels i % 10, or for a language model
+// [batch, context] byte tokens (a fixed pseudo-random sequence) with their next bytes as labels,
+// the shapes and dtypes `mixprec train` feeds it.
+std::pair<Tensor, Tensor> synthetic_batch(const std::string& model, int64_t batch) {
+  Generator g(7);
+  if (nn::is_language_model(model)) {
+    const int64_t L = nn::GptTiny::kContext;
+    std::vector<uint8_t> tokens(static_cast<size_t>(batch * L));
+    std::vector<int32_t> next(tokens.size());
+    uint32_t s = 7;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      s = s * 1664525u + 1013904223u;  // an LCG's high byte: every byte value occurs
+      tokens[i] = static_cast<uint8_t>(s >> 24);
+      if (i % static_cast<size_t>(L) != 0) next[i - 1] = tokens[i];
+    }
+    for (size_t r = 1; r <= static_cast<size_t>(batch); ++r) next[r * static_cast<size_t>(L) - 1] = 32;
+    return {Tensor::from_vector(tokens, {batch, L}), Tensor::from_vector(next, {batch, L})};
+  }
+  std::vector<int32_t> labels(static_cast<size_t>(batch));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+  return {randn({batch, 1, 28, 28}, g), Tensor::from_vector(labels, {batch})};
+}
+
 struct BenchArgs {
   std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", report;
   int64_t batch_size = 0, steps = 20, warmup = 5;
@@ -97,11 +120,7 @@ int run_bench(const BenchArgs& a) {
   amp::BuildOptions bo{.cast_model_type = low};
   if (auto m = parse_loss_scale(a.loss_scale)) bo.loss_scale_manager = *m;
   auto step = amp::build_train_network(*net, opt, loss_fn, a.amp_level, bo);
-  Generator g(7);
-  const Tensor x = randn({batch, 1, 28, 28}, g);
-  std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
-  const Tensor y = Tensor::from_vector(labels, {batch});
+  const auto [x, y] = synthetic_batch(a.model, batch);
 
   // FLOPs of one step from the op trace of a forward pass: each GEMM-like op runs forward,
   // backward-weights and (unless its input needs no gradient) backward-data.

@@ -146,12 +146,14 @@ void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool c
 
 void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell& step, const std::string& optimizer,
                   int threads, const ParallelRun& par) {
-  const AmpLevel level = parse_amp_level(a.amp_level);
+  const bool custom = !a.white_list.empty() || !a.black_list.empty();
+  const std::string amp = custom ? (a.white_list.empty() ? "custom black list " + a.black_list
+                                                         : "custom white list " + a.white_list)
+                                 : "amp_level " + std::string(amp_level_name(parse_amp_level(a.amp_level)));
   std::printf("mixprec %s: training %s on %s (%lld samples, %lld steps/epoch, batch %lld)\n", MIXPREC_VERSION,
               a.model.c_str(), a.data.c_str(), static_cast<long long>(d.train.num_samples() * par.ranks),
               static_cast<long long>(d.train.num_batches()), static_cast<long long>(a.batch_size));
-  std::printf("amp_level %s, dtype %s, loss scale %s, optimizer %s lr %g, %d threads, cpu: %s\n",
-              std::string(amp_level_name(level)).c_str(), a.dtype.c_str(),
+  std::printf("%s, dtype %s, loss scale %s, optimizer %s lr %g, %d threads, cpu: %s\n", amp.c_str(), a.dtype.c_str(),
               step.loss_scale_manager() ? step.loss_scale_manager()->description().c_str() : "none",
               optimizer.c_str(), a.opt.lr, threads, describe(cpu_features()).c_str());
   if (a.opt.weight_decay > 0 || a.max_grad_norm > 0 || a.accumulation_steps > 1) {
@@ -167,8 +169,9 @@ void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell
                 static_cast<long long>(d.train.num_samples()), a.grad_allreduce_dtype.c_str(), red->stats().buckets,
                 red->stats().buckets == 1 ? "" : "s", static_cast<double>(red->stats().bytes_per_reduction) / 1e6,
                 a.grad_overlap ? "started during backward" : "after backward", threads, threads == 1 ? "" : "s");
-  if (level == AmpLevel::O0) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
-  if (parse_low_dtype(a.dtype) == DType::f16 && level != AmpLevel::O0)
+  const bool fp32 = !custom && parse_amp_level(a.amp_level) == AmpLevel::O0;
+  if (fp32) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
+  if (parse_low_dtype(a.dtype) == DType::f16 && !fp32)
     std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
                 "numerically faithful, not faster; bf16 is the fast type here\n");
 }
@@ -278,7 +281,13 @@ std::unique_ptr<Session> build(const Setup& s) {
   run->optimizer = make_optimizer(spec, run->net->trainable_params());
   std::map<std::string, train::MetricRef> metrics{{"Loss", train::Loss()}};
   if (!nn::is_language_model(a.model)) metrics.emplace("Accuracy", train::Accuracy());
-  train::ModelOptions mo{.metrics = metrics, .amp_level = a.amp_level, .keep_batchnorm_fp32 = keep_bn,
+  // A custom list configures the network itself (MindSpore's custom_mixed_precision); the Model
+  // then builds the train step at O0, which keeps the network's own AMP configuration.
+  const bool custom = !a.white_list.empty() || !a.black_list.empty();
+  if (custom)
+    amp::custom_mixed_precision(*run->net, {.white_list = split_list(a.white_list), .black_list = split_list(a.black_list)},
+                                parse_low_dtype(a.dtype));
+  train::ModelOptions mo{.metrics = metrics, .amp_level = custom ? "O0" : a.amp_level, .keep_batchnorm_fp32 = keep_bn,
                          .dtype = parse_low_dtype(a.dtype),
                          .step = {.max_grad_norm = a.max_grad_norm, .accumulation_steps = static_cast<int>(a.accumulation_steps),
                                   .check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
@@ -433,6 +442,12 @@ Command register_train(CLI::App& app) {
   cmd->add_option("--amp-level", a->amp_level,
                   "O0 (fp32) | O1 (white list low) | O2 (all but black list low, fp32 BatchNorm) | O3 (all low) | auto")
       ->capture_default_str();
+  cmd->add_option("--white-list", a->white_list,
+                  "Custom mixed precision instead of --amp-level (MindSpore's custom_mixed_precision): these ops or cells "
+                  "(comma-separated, e.g. Dense,scaled_dot_product_attention) run in --dtype, the rest in fp32");
+  cmd->add_option("--black-list", a->black_list,
+                  "Custom mixed precision instead of --amp-level: these ops or cells (comma-separated, e.g. "
+                  "LayerNorm,softmax) run in fp32, the rest in --dtype");
   cmd->add_option("--dtype", a->dtype, "Low-precision dtype: bf16 (fast on this CPU) | f16 (exact emulation, not faster)")
       ->capture_default_str();
   cmd->add_option("--keep-batchnorm-fp32", a->keep_bn, "true|false (default: true at O2, false otherwise)")
@@ -469,6 +484,7 @@ Command register_train(CLI::App& app) {
   add_parallel_options(cmd, *a);
   return {cmd, [a, cmd] {
             apply_model_defaults(*a, [cmd](const char* flag) { return cmd->count(flag) > 0; });
+            a->amp_level_given = cmd->count("--amp-level") > 0;
             return run_train(*a);
           }};
 }

@@ -45,6 +45,8 @@ constexpr SettingSpec kSettings[] = {
     {"cli.max_grad_norm", "--max-grad-norm", Kind::real},
     {"cli.accumulation_steps", "--accumulation-steps", Kind::integer},
     {"cli.amp_level", "--amp-level", Kind::text},
+    {"cli.white_list", "--white-list", Kind::text},
+    {"cli.black_list", "--black-list", Kind::text},
     {"cli.dtype", "--dtype", Kind::text},
     {"cli.keep_batchnorm_fp32", "--keep-batchnorm-fp32", Kind::text},
     {"cli.loss_scale", "--loss-scale", Kind::text},
@@ -142,6 +144,14 @@ void validate(const TrainArgs& a) {
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
                 "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
   with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
+  MIXPREC_CHECK(a.white_list.empty() || a.black_list.empty(), "--white-list and --black-list: pass one of them",
+                Hint{"a white list runs the listed ops in --dtype and the rest in fp32; a black list the reverse"});
+  const char* list_flag = a.white_list.empty() ? "--black-list" : "--white-list";
+  MIXPREC_CHECK((a.white_list.empty() && a.black_list.empty()) || !a.amp_level_given, list_flag,
+                " replaces --amp-level: pass one of them");
+  for (const std::string& name : split_list(a.white_list.empty() ? a.black_list : a.white_list))
+    MIXPREC_CHECK(!name.empty(), list_flag, ": expected comma-separated op or cell names, got an empty name in '",
+                  a.white_list.empty() ? a.black_list : a.white_list, "'");
   (void)parse_low_dtype(a.dtype);
   (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
@@ -160,6 +170,18 @@ void validate(const TrainArgs& a) {
                                       : "pass --overwrite to replace it, or another --checkpoint"});
 }
 
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> names;
+  if (list.empty()) return names;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    names.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
 io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
   return {{"cli.model", a.model},
           {"cli.data", a.data},
@@ -176,6 +198,8 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
           {"cli.max_grad_norm", exact(a.max_grad_norm)},
           {"cli.accumulation_steps", std::to_string(a.accumulation_steps)},
           {"cli.amp_level", a.amp_level},
+          {"cli.white_list", a.white_list},
+          {"cli.black_list", a.black_list},
           {"cli.dtype", a.dtype},
           {"cli.keep_batchnorm_fp32", a.keep_bn},
           {"cli.loss_scale", a.loss_scale},

@@ -29,6 +29,9 @@ struct TrainArgs {
   uint64_t seed = 1;
   int threads = 0;
   std::string amp_level = "O2";
+  bool amp_level_given = false;   // --amp-level was on the command line (a custom list replaces it)
+  // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.
+  std::string white_list, black_list;
   std::string dtype = "bf16";
   std::string keep_bn = "default";
   std::string loss_scale = "default";
@@ -61,6 +64,9 @@ void apply_model_defaults(TrainArgs& a, const std::function<bool(const char*)>& 
 // (--save-every without --checkpoint, a --checkpoint that exists in a fresh run without
 // --overwrite, a --resume file that does not exist). The caller makes these usage errors.
 void validate(const TrainArgs& a);
+
+// The names of a comma-separated --white-list / --black-list ("" for none: an empty list).
+std::vector<std::string> split_list(const std::string& list);
 
 // The settings that change the trajectory, as checkpoint metadata ("cli.<name>").
 io::Metadata trajectory_settings(const TrainArgs& a, int threads);  // threads: the count in use

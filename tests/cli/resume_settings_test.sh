@@ -28,6 +28,7 @@ refused "--dtype bf16, this run has --dtype f16" "${base[@]}" --lr 1e-7 --dtype 
 refused "--loss-scale default, this run has --loss-scale dynamic" "${base[@]}" --lr 1e-7 --loss-scale dynamic
 refused "--keep-batchnorm-fp32 default, this run has --keep-batchnorm-fp32 false" "${base[@]}" --lr 1e-7 \
   --keep-batchnorm-fp32 false
+refused "the run was saved with --white-list , this run has --white-list Dense" "${base[@]}" --lr 1e-7 --white-list Dense
 refused "--on-overflow warn, this run has --on-overflow promote" "${base[@]}" --lr 1e-7 --on-overflow promote
 refused "--batch-size 16, this run has --batch-size 8" --epochs 3 --lr 1e-7 --batch-size 8
 refused "--epochs 3, this run has --epochs 4" --batch-size 16 --lr 1e-7 --epochs 4

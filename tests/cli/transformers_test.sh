@@ -30,6 +30,23 @@ if "$M" train --model gpt-tiny --data "$dir/text.txt" --batch-size 4 --train-sam
 fi
 grep -q -- "--max-grad-norm 1" "$dir/err" || { echo "the refusal does not name --max-grad-norm"; cat "$dir/err"; exit 1; }
 
+# A custom white list (MindSpore's custom_mixed_precision) replaces --amp-level: the seed's pitfall
+# forced on purpose, the attention softmax in f16; the precision table shows attention in f16 and
+# LayerNorm in fp32. It refuses --amp-level beside it and a second list.
+"$M" train --model gpt-tiny --data "$dir/text.txt" --batch-size 4 --train-samples 8 --epochs 1 --threads 2 --no-eval \
+  --white-list Dense,scaled_dot_product_attention,attention_softmax --dtype f16 --loss-scale dynamic \
+  --show-precision > "$dir/wout" || { cat "$dir/wout"; exit 1; }
+grep -q "^custom white list Dense,scaled_dot_product_attention,attention_softmax, dtype f16" "$dir/wout" ||
+  { echo "no custom white list in the header"; cat "$dir/wout"; exit 1; }
+grep -Eq "^blocks.0.self_attn +MultiheadAttention .* f16 " "$dir/wout" || { echo "attention not f16"; cat "$dir/wout"; exit 1; }
+grep -Eq "^blocks.0.norm1 +LayerNorm +layer_norm +f32 " "$dir/wout" || { echo "LayerNorm not f32"; cat "$dir/wout"; exit 1; }
+for bad in "--amp-level O1:--white-list replaces --amp-level" "--black-list softmax:pass one of them"; do
+  if "$M" train --model gpt-tiny --data "$dir/text.txt" --white-list Dense ${bad%%:*} > /dev/null 2> "$dir/err"; then
+    echo "--white-list with ${bad%%:*} was accepted"; exit 1
+  fi
+  grep -q -- "${bad#*:}" "$dir/err" || { echo "no '${bad#*:}' in: $(cat "$dir/err")"; exit 1; }
+done
+
 # generate: the prompt then --tokens bytes (past the 128-byte context), the same for the same seed.
 gen=(generate --checkpoint "$dir/gpt.safetensors" --prompt "The quick" --tokens 300 --seed 3 --threads 2)
 "$M" "${gen[@]}" > "$dir/g1" 2> "$dir/gerr"
