@@ -13,7 +13,7 @@ for i in $(seq 300); do
   echo "The quick brown fox jumps over the lazy dog. Mixed precision keeps float32 where it must."
 done > "$dir/text.txt"
 "$M" train --model gpt-tiny --data "$dir/text.txt" --batch-size 4 --train-samples 120 --epochs 1 --threads 2 \
-  --print-every 1000 --trace "$dir/t.csv" --checkpoint "$dir/gpt.safetensors" > "$dir/out"
+  --print-every 1000 --trace "$dir/t.csv" --checkpoint "$dir/gpt.safetensors" --report "$dir/r.json" > "$dir/out"
 grep -qi "adamw lr 0.0003" "$dir/out" || { echo "gpt-tiny's default optimizer"; cat "$dir/out"; exit 1; }
 grep -q "weight decay 0.1, gradient clipping at global norm 1, 1 batch per update" "$dir/out" ||
   { echo "gpt-tiny's default decay and clipping"; cat "$dir/out"; exit 1; }
@@ -21,6 +21,9 @@ grep -Eq "validation loss [0-9.]+ \([0-9.]+ bits per byte\)" "$dir/out" || { ech
 # Steps 1-5 against steps 26-30 (loss, column 3): the model learns the repeated sentence.
 awk -F, 'NR>=2 && NR<=6 {a+=$3} NR>=27 && NR<=31 {b+=$3} END {
   if (!(b/5 < a/5 - 1.0)) { printf "loss did not fall: %.3f -> %.3f\n", a/5, b/5; exit 1 } }' "$dir/t.csv"
+# The report carries the final evaluation of a language model: its loss, and in bits per byte.
+grep -Eq '"test_loss": [0-9.]+' "$dir/r.json" && grep -Eq '"test_bits_per_byte": [0-9.]+' "$dir/r.json" ||
+  { echo "no final evaluation in the report"; grep test_ "$dir/r.json"; exit 1; }
 bpb=$(grep -Eo "\([0-9.]+ bits per byte" "$dir/out" | tail -1 | tr -d '(' | cut -d' ' -f1)
 awk -v b="$bpb" 'BEGIN { if (!(b > 0 && b < 7)) { print "bits per byte " b " not below 7"; exit 1 } }'
 # A resume with another --max-grad-norm is refused, naming it.

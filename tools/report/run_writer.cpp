@@ -71,9 +71,11 @@ void add_results(json& j, const TrainArgs& a, const RunResult& r) {
   j["loss_scale_manager"] = r.step.loss_scale_manager() ? r.step.loss_scale_manager()->description() : "none";
   j["train_loss"] = h.epoch_losses.empty() ? NAN : h.epoch_losses.back();
   j["train_loss_per_epoch"] = h.epoch_losses;
-  const bool evaluated = r.metrics.contains("Accuracy");
-  j["test_accuracy"] = evaluated ? json(r.metrics.at("Accuracy")) : json(nullptr);
+  // A language model has no accuracy: its evaluation is the loss, also in bits per byte.
+  const bool evaluated = r.metrics.contains("Loss");
+  j["test_accuracy"] = r.metrics.contains("Accuracy") ? json(r.metrics.at("Accuracy")) : json(nullptr);
   j["test_loss"] = evaluated ? json(r.metrics.at("Loss")) : json(nullptr);
+  if (evaluated && !r.metrics.contains("Accuracy")) j["test_bits_per_byte"] = r.metrics.at("Loss") / std::log(2.0);
   j["samples_per_second"] = r.samples_per_second;
   j["peak_memory_bytes"] = r.peak;
   j["wall_seconds"] = r.wall;
