@@ -57,11 +57,12 @@ class KeepState {
 
 std::vector<PrecisionRow> precision_table(nn::Cell& network, const Tensor& sample) {
   std::vector<OpRecord> records;
+  DType network_output = DType::f32;
   {
     KeepState keep(network);
     NoGradGuard ng;
     OpRecorder rec(&records);
-    (void)network(sample);
+    network_output = network(sample).dtype();
   }
   std::map<std::string, std::string> types;
   std::vector<std::string> order;
@@ -91,8 +92,10 @@ std::vector<PrecisionRow> precision_table(nn::Cell& network, const Tensor& sampl
     auto it = by_cell.find(path);
     if (it == by_cell.end() || !it->second.any) continue;
     const Acc& a = it->second;
+    // A cell's output is its last op's; the network's is what it returns (its own last op may be
+    // an input cast, as gpt-tiny's bytes to i32 tokens).
     PrecisionRow row{path.empty() ? "(network)" : path, types[path], a.ops, join_dtypes(a.compute),
-                     join_dtypes(a.weights), std::string(dtype_name(a.output))};
+                     join_dtypes(a.weights), std::string(dtype_name(path.empty() ? network_output : a.output))};
     rows.push_back(std::move(row));
   }
   return rows;

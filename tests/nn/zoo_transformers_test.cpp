@@ -45,6 +45,18 @@ TEST(ZooTransformers, GptTinyShapesAndParameterCount) {
   EXPECT_FALSE(nn::is_language_model("vit-tiny"));
 }
 
+// The precision table's network row gives what the network returns: gpt-tiny's own last op is the
+// cast of its u8 bytes to i32 tokens, which the row used to show as the network's output.
+TEST(ZooTransformers, PrecisionTableShowsTheNetworksOutputDtype) {
+  manual_seed(0);
+  auto net = nn::make_model("gpt-tiny");
+  const Tensor bytes = Tensor::from_vector(std::vector<uint8_t>(2 * 16, 65), {2, 16});
+  const auto rows = amp::precision_table(*net, bytes);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.front().cell, "(network)");
+  EXPECT_EQ(rows.front().output, "f32");
+}
+
 // A few AdamW steps on one fixed batch; returns the first and the last loss.
 std::pair<double, double> fit(nn::Cell& net, const std::function<Tensor()>& loss_fn, int steps, double lr) {
   nn::AdamW opt(net.trainable_params(), lr, 0.9, 0.999, 1e-8, 0.0);

@@ -187,7 +187,7 @@ struct PrecisionRow {
   std::vector<std::string> ops;
   std::string compute;         // dtypes the arithmetic ran in ("bf16", "f32", "bf16+f32")
   std::string weights;         // dtypes the parameters were used in ("-" if none)
-  std::string output;          // dtype of the cell's last op output
+  std::string output;          // dtype of the cell's last op output (the network row: what it returns)
 };
 
 // Runs `network` once on `sample` (no grad) and reports, per cell, what actually executed.
