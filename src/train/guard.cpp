@@ -117,8 +117,13 @@ void OverflowGuard::promote(RunContext& ctx, const OverflowRecord& r, const std:
 
 void OverflowGuard::on_step_end(RunContext& ctx) {
   const amp::StepInfo& s = ctx.step;
-  recent_.push_back(s.skipped);
-  skips_in_window_ += s.skipped;
+  // The skip rate is measured over steps after the warm-up only: the dynamic scale's first
+  // halvings from 2^24 (a few skipped steps at the start) are the scaler settling, not a problem.
+  const bool past_warmup = ctx.global_step > options_.warmup_steps;
+  if (past_warmup) {
+    recent_.push_back(s.skipped);
+    skips_in_window_ += s.skipped;
+  }
   if (static_cast<int64_t>(recent_.size()) > options_.window) {
     skips_in_window_ -= recent_.front();
     recent_.pop_front();
@@ -141,8 +146,7 @@ void OverflowGuard::on_step_end(RunContext& ctx) {
     warn("the loss scale fell below 1 (" + std::to_string(s.loss_scale) +
          "): the gradients overflow even unscaled; look at the overflow events");
   }
-  const bool past_warmup = ctx.global_step > options_.warmup_steps;
-  const double rate = static_cast<double>(skips_in_window_) / static_cast<double>(recent_.size());
+  const double rate = recent_.empty() ? 0.0 : static_cast<double>(skips_in_window_) / static_cast<double>(recent_.size());
   const bool rate_tripped = past_warmup && static_cast<int64_t>(recent_.size()) == options_.window &&
                             rate > options_.max_skip_rate;
   if (rate_tripped && ctx.global_step - last_rate_warning_ >= options_.window) {

@@ -93,3 +93,31 @@ TEST(OverflowGuard, PromoteStopsWhenTheWholeNetworkInFp32StillOverflows) {
 
 }  // namespace
 }  // namespace mixprec
+
+namespace mixprec {
+namespace {
+
+// The skip rate counts only steps after the warm-up: the dynamic scale's first halvings (skips at
+// steps 1-4 here) are the scaler settling and never warn, however the window falls; skips after
+// the warm-up above the rate do. (The window used to include the warm-up steps, so a run whose
+// only skips were its first few warned once the warm-up ended.)
+TEST(OverflowGuard, SkipsDuringTheWarmupDoNotCountTowardTheSkipRate) {
+  train::OverflowGuard guard({.warmup_steps = 4, .window = 4, .max_skip_rate = 0.25, .print = false});
+  train::RunContext ctx;
+  auto step = [&](int64_t n, bool skipped) {
+    ctx.global_step = n;
+    ctx.step.skipped = skipped;
+    ctx.step.overflow = skipped;
+    guard.on_step_end(ctx);
+  };
+  for (int64_t n = 1; n <= 12; ++n) step(n, n <= 4);
+  EXPECT_TRUE(guard.warnings().empty()) << guard.warnings().front();
+  step(13, true);
+  step(14, true);
+  ASSERT_EQ(guard.warnings().size(), 1u);
+  EXPECT_NE(guard.warnings().front().find("50.0% of the last 4 steps were skipped"), std::string::npos)
+      << guard.warnings().front();
+}
+
+}  // namespace
+}  // namespace mixprec
