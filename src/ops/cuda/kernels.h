@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "ops/amp_problem.h"
 #include "ops/elementwise_problem.h"
 #include "ops/embedding_problem.h"
 #include "ops/loss_problem.h"
@@ -36,5 +37,10 @@ void embedding_fwd(const EmbeddingFwdProblem& p);
 void embedding_bwd(const EmbeddingBwdProblem& p);
 std::string reduce_sum_declines(const ReduceSumProblem& p);
 void reduce_sum(const ReduceSumProblem& p);
+
+// amp.cu: one launch each; the found-inf flag and the scale are read on the device.
+void amp_unscale(const AmpUnscaleProblem& p);
+void amp_update_scale(const AmpUpdateScaleProblem& p);
+void fused_momentum(const FusedMomentumProblem& p);
 
 }  // namespace mixprec::ops::cuda

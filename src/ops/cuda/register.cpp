@@ -19,6 +19,9 @@ void register_cuda_kernels() {
   register_kernel<EmbeddingFwdProblem>({"cuda", kCuda, accept_all, cuda::embedding_fwd});
   register_kernel<EmbeddingBwdProblem>({"cuda", kCuda, accept_all, cuda::embedding_bwd});
   register_kernel<ReduceSumProblem>({"cuda", kCuda, cuda::reduce_sum_declines, cuda::reduce_sum});
+  register_kernel<AmpUnscaleProblem>({"cuda", kCuda, accept_all, cuda::amp_unscale});
+  register_kernel<AmpUpdateScaleProblem>({"cuda", kCuda, accept_all, cuda::amp_update_scale});
+  register_kernel<FusedMomentumProblem>({"cuda", kCuda, accept_all, cuda::fused_momentum});
 }
 
 }  // namespace mixprec::ops
