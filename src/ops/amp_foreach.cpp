@@ -19,12 +19,13 @@ std::string FusedMomentumProblem::describe() const {
 
 namespace {
 
-void check_flag(std::string_view op, const char* what, const Tensor& t, DType dtype, Device device) {
+void check_flag(std::string_view op, const char* what, const Tensor& t, DType dtype,
+                Device device) {
   MIXPREC_CHECK(t.defined() && t.numel() == 1 && t.dtype() == dtype && t.is_contiguous(), op, ": ",
                 what, " must be a one-element ", dtype_name(dtype), " tensor, got ",
                 t.defined() ? desc(t) : std::string("undefined"));
-  MIXPREC_CHECK(t.device() == device, op, ": ", what, " is on ", t.device().str(),
-                ", expected ", device.str());
+  MIXPREC_CHECK(t.device() == device, op, ": ", what, " is on ", t.device().str(), ", expected ",
+                device.str());
 }
 
 void check_list(std::string_view op, const char* what, const std::vector<Tensor>& ts,
@@ -49,7 +50,8 @@ void check_list(std::string_view op, const char* what, const std::vector<Tensor>
 void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
                                                const Tensor& found_inf, const Tensor& inv_scale) {
   constexpr std::string_view op = "amp_foreach_non_finite_check_and_unscale_";
-  check_flag(op, "found_inf", found_inf, DType::f32, found_inf.defined() ? found_inf.device() : Device::cpu());
+  check_flag(op, "found_inf", found_inf, DType::f32,
+             found_inf.defined() ? found_inf.device() : Device::cpu());
   check_flag(op, "inv_scale", inv_scale, DType::f32, found_inf.device());
   check_list(op, "gradients", grads, grads, found_inf.device(), false);
   if (grads.empty()) return;
@@ -67,9 +69,10 @@ void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const 
   check_flag(op, "found_inf", found_inf, DType::f32, scale.device());
   MIXPREC_CHECK(growth_factor >= 1 && backoff_factor > 0 && backoff_factor <= 1 &&
                     growth_interval > 0 && min_scale >= 0,
-                op, ": expected growth_factor >= 1, 0 < backoff_factor <= 1, growth_interval > 0, "
-                    "min_scale >= 0, got ", growth_factor, ", ", backoff_factor, ", ",
-                growth_interval, ", ", min_scale);
+                op,
+                ": expected growth_factor >= 1, 0 < backoff_factor <= 1, growth_interval > 0, "
+                "min_scale >= 0, got ",
+                growth_factor, ", ", backoff_factor, ", ", growth_interval, ", ", min_scale);
   dispatch(OpId::amp_update_scale, "update",
            AmpUpdateScaleProblem{scale, growth_tracker, found_inf, growth_factor, backoff_factor,
                                  min_scale, growth_interval});

@@ -53,8 +53,8 @@ struct MomentumStep {
 // given) = params[i] rounded once.
 struct FusedMomentumProblem {
   std::vector<Tensor> params, grads, velocity, working;  // working: empty or one per param
-  Tensor found_inf;                                     // undefined: never skip
-  Tensor inv_scale;                                     // undefined: 1
+  Tensor found_inf;                                      // undefined: never skip
+  Tensor inv_scale;                                      // undefined: 1
   MomentumStep step{};
   Device device() const { return params.front().device(); }
   std::string describe() const;

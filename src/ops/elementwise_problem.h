@@ -91,7 +91,9 @@ struct Rsqrt : Params {
 struct Abs : Params {
   static constexpr Needs needs = Needs::x;
   template <class C> MIXPREC_HD C operator()(C v) const { return std::abs(v); }
-  template <class C> MIXPREC_HD C dfdx(C xi, C) const { return xi > 0 ? C(1) : (xi < 0 ? C(-1) : C(0)); }
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const {
+    return xi > 0 ? C(1) : (xi < 0 ? C(-1) : C(0));
+  }
 };
 struct Clamp : Params {  // a: low, b: high (+-inf when absent)
   static constexpr Needs needs = Needs::x;
@@ -110,7 +112,9 @@ struct Relu : Params {
 };
 struct LeakyRelu : Params {  // a: the negative slope
   static constexpr Needs needs = Needs::x;
-  template <class C> MIXPREC_HD C operator()(C v) const { return v > 0 ? v : v * static_cast<C>(a); }
+  template <class C> MIXPREC_HD C operator()(C v) const {
+    return v > 0 ? v : v * static_cast<C>(a);
+  }
   template <class C> MIXPREC_HD C dfdx(C xi, C) const { return xi > 0 ? C(1) : static_cast<C>(a); }
 };
 struct GeluErf : Params {
@@ -206,11 +210,15 @@ struct Pow : Params {
 };
 struct PowDa : Params {  // (a, b): d/da = b a^(b-1)
   static constexpr int arity = 2;
-  template <class C> MIXPREC_HD C operator()(C x, C y) const { return y == 0 ? C(0) : y * std::pow(x, y - 1); }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const {
+    return y == 0 ? C(0) : y * std::pow(x, y - 1);
+  }
 };
 struct PowDb : Params {  // (out, a): d/db = out * log(a) (0 where a == 0)
   static constexpr int arity = 2;
-  template <class C> MIXPREC_HD C operator()(C o, C x) const { return x == 0 ? C(0) : o * std::log(x); }
+  template <class C> MIXPREC_HD C operator()(C o, C x) const {
+    return x == 0 ? C(0) : o * std::log(x);
+  }
 };
 struct Maximum : Params {
   static constexpr int arity = 2;
@@ -250,7 +258,9 @@ struct WhereGradB : Params {
 };
 struct MaskedFill : Params {  // (x, mask); a: the fill value
   static constexpr int arity = 2;
-  template <class C> MIXPREC_HD C operator()(C v, C m) const { return m != 0 ? static_cast<C>(a) : v; }
+  template <class C> MIXPREC_HD C operator()(C v, C m) const {
+    return m != 0 ? static_cast<C>(a) : v;
+  }
 };
 struct MaskedFillGrad : Params {  // (g, mask)
   static constexpr int arity = 2;
@@ -267,7 +277,9 @@ struct ReluMask : Params {  // (g, y)
 };
 struct Dropout : Params {  // (x, mask); a: 1 / (1 - p)
   static constexpr int arity = 2;
-  template <class C> MIXPREC_HD C operator()(C v, C m) const { return m != 0 ? v * static_cast<C>(a) : C(0); }
+  template <class C> MIXPREC_HD C operator()(C v, C m) const {
+    return m != 0 ? v * static_cast<C>(a) : C(0);
+  }
 };
 
 }  // namespace formulas

@@ -34,7 +34,7 @@ Tensor upload_rows(const std::vector<ChunkRow>& rows, Device device) {
                            {.dtype = DType::i64, .device = device});
 }
 
-bool finite_bits(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+__device__ bool finite_bits(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
 
 // Grid: one block of 256 threads per chunk row; threads take elements start + t, + 256, ... of
 // the chunk (coalesced). Each writes its gradient element scaled (one rounding into the dtype)

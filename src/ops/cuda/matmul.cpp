@@ -88,8 +88,8 @@ struct Descs {
   }
 };
 
-void set_layout(cublasLtMatrixLayout_t& l, cudaDataType_t t, int64_t rows, int64_t cols,
-                int64_t ld, int32_t batch, int64_t batch_stride) {
+void set_layout(cublasLtMatrixLayout_t& l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
+                int32_t batch, int64_t batch_stride) {
   LT_CHECK(cublasLtMatrixLayoutCreate(&l, t, static_cast<uint64_t>(rows),
                                       static_cast<uint64_t>(cols), ld));
   LT_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
@@ -166,7 +166,8 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
   const bool f64 = in == DType::f64;
   const cublasComputeType_t compute =
       f64 ? CUBLAS_COMPUTE_64F
-          : (in == DType::f32 && mixprec::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+          : (in == DType::f32 && mixprec::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                             : CUBLAS_COMPUTE_32F);
   const cudaDataType_t scale_t = f64 ? CUDA_R_64F : CUDA_R_32F;
   Descs ds;
   LT_CHECK(cublasLtMatmulDescCreate(&ds.op, compute, scale_t));
@@ -175,9 +176,12 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
   LT_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   LT_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_DEFAULT;
-  if (epi == Epilogue::relu) e = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-  else if (epi == Epilogue::gelu) e = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-  else if (bias) e = CUBLASLT_EPILOGUE_BIAS;
+  if (epi == Epilogue::relu)
+    e = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  else if (epi == Epilogue::gelu)
+    e = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  else if (bias)
+    e = CUBLASLT_EPILOGUE_BIAS;
   LT_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
   if (bias)
     LT_CHECK(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -189,9 +193,26 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
   // The algorithm for this exact description, chosen once.
   const uint32_t al[3] = {alignment(A.ptr), alignment(B.ptr), alignment(out)};
   std::string key;
-  for (int64_t v : {int64_t(in), int64_t(od), int64_t(compute), int64_t(e), A.rows, A.cols, A.ld,
-                    int64_t(A.trans), B.rows, B.cols, B.ld, int64_t(B.trans), M, N, int64_t(batch),
-                    A.batch_stride, B.batch_stride, out_stride, int64_t(al[0]), int64_t(al[1]),
+  for (int64_t v : {int64_t(in),
+                    int64_t(od),
+                    int64_t(compute),
+                    int64_t(e),
+                    A.rows,
+                    A.cols,
+                    A.ld,
+                    int64_t(A.trans),
+                    B.rows,
+                    B.cols,
+                    B.ld,
+                    int64_t(B.trans),
+                    M,
+                    N,
+                    int64_t(batch),
+                    A.batch_stride,
+                    B.batch_stride,
+                    out_stride,
+                    int64_t(al[0]),
+                    int64_t(al[1]),
                     int64_t(al[2])})
     key += std::to_string(v) + ',';
   cublasLtMatmulAlgo_t algo;
@@ -201,8 +222,8 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
   } else {
     LT_CHECK(cublasLtMatmulPreferenceCreate(&ds.pref));
     const uint64_t ws = kWorkspaceBytes;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof(ws)));
     const cublasLtMatmulPreferenceAttributes_t align_attr[3] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -222,8 +243,8 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
   LT_CHECK(cublasLtMatmul(pd.handle, ds.op, alpha, A.ptr, ds.layout[0], B.ptr, ds.layout[1], beta,
-                          out, ds.layout[2], out, ds.layout[2], &algo,
-                          pd.workspace.data_ptr(), kWorkspaceBytes, s));
+                          out, ds.layout[2], out, ds.layout[2], &algo, pd.workspace.data_ptr(),
+                          kWorkspaceBytes, s));
 }
 
 void matmul(const MatmulProblem& p) {
@@ -240,9 +261,9 @@ void matmul(const MatmulProblem& p) {
   }();
   // The epilogue adds a bias of out's dtype (cuBLASLt's default bias type).
   const Tensor bias = !p.bias.defined() ? Tensor()
-                     : p.bias.dtype() == p.out.dtype() && p.bias.is_contiguous()
-                         ? p.bias
-                         : detail::raw_copy(p.bias, p.out.dtype());
+                      : p.bias.dtype() == p.out.dtype() && p.bias.is_contiguous()
+                          ? p.bias
+                          : detail::raw_copy(p.bias, p.out.dtype());
   const void* bias_ptr = bias.defined() ? bias.data_ptr() : nullptr;
   const Epilogue epi = p.relu ? Epilogue::relu : Epilogue::none;
   Operand A, B;  // cuBLASLt's A is b^T, its B is a^T

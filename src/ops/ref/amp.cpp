@@ -20,7 +20,8 @@ float load_f32(const Tensor& t, int64_t i) {
 }
 void store_f32(const Tensor& t, int64_t i, float v) {
   convert_row(&v, DType::f32,
-              static_cast<char*>(t.data_ptr()) + i * static_cast<int64_t>(t.itemsize()), t.dtype(), 1);
+              static_cast<char*>(t.data_ptr()) + i * static_cast<int64_t>(t.itemsize()), t.dtype(),
+              1);
 }
 }  // namespace
 
@@ -60,9 +61,11 @@ void fused_momentum(const FusedMomentumProblem& p) {
   for (size_t t = 0; t < p.params.size(); ++t) {
     float* w = p.params[t].data<float>();
     float* v = p.velocity[t].data<float>();
-    for (int64_t i = 0; i < p.params[t].numel(); ++i) p.step(w[i], v[i], load_f32(p.grads[t], i) * inv);
+    for (int64_t i = 0; i < p.params[t].numel(); ++i)
+      p.step(w[i], v[i], load_f32(p.grads[t], i) * inv);
     if (!p.working.empty())
-      convert_row(w, DType::f32, p.working[t].data_ptr(), p.working[t].dtype(), p.params[t].numel());
+      convert_row(w, DType::f32, p.working[t].data_ptr(), p.working[t].dtype(),
+                  p.params[t].numel());
   }
 }
 
