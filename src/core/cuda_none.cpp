@@ -2,6 +2,7 @@
 // that needs a GPU throws one clear error naming the option to rebuild with.
 #include "cuda_runtime.h"
 #include "mixprec/cuda.h"
+#include "mixprec/cuda_readback.h"
 #include "mixprec/error.h"
 
 namespace mixprec {
@@ -26,6 +27,11 @@ struct Staging::State {};
 Staging::Staging(Device device) { not_built(device); }
 Staging::~Staging() = default;
 Tensor Staging::upload(const Tensor&) { not_built(Device::cuda()); }
+struct Readback::State {};
+Readback::Readback(Device device) { not_built(device); }
+Readback::~Readback() = default;
+void Readback::request(const Tensor&) { not_built(Device::cuda()); }
+std::optional<double> Readback::poll() { not_built(Device::cuda()); }
 }  // namespace cuda
 
 namespace detail {

@@ -13,7 +13,9 @@
 
 #include "cuda_runtime.h"
 #include "cuda_stream.h"
+#include "mixprec/convert.h"
 #include "mixprec/cuda.h"
+#include "mixprec/cuda_readback.h"
 #include "mixprec/error.h"
 #include "strided_copy.h"
 #include "tensor_raw.h"
@@ -123,8 +125,9 @@ struct DeviceState {
 
 DeviceState& state(Device device) {
   cuda::check_device(device);
-  static std::array<DeviceState, kMaxCudaDevices> states;
-  DeviceState& st = states[static_cast<size_t>(device.index)];
+  // Never destroyed: storages released by other statics at exit still reach their allocator.
+  static auto* const states = new std::array<DeviceState, kMaxCudaDevices>();
+  DeviceState& st = (*states)[static_cast<size_t>(device.index)];
   std::call_once(st.once, [&] {
     MIXPREC_CUDA_CHECK(cudaSetDevice(device.index));
     MIXPREC_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
@@ -293,6 +296,53 @@ Tensor Staging::upload(const Tensor& host) {
   // Everything queued on the compute stream from now on sees the batch.
   MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(compute, slot.done, 0));
   return out;
+}
+
+// ------------------------------------------------------------------ asynchronous readback
+
+struct Readback::State {
+  Device device;
+  void* pinned = nullptr;  // 8 bytes: the widest dtype
+  cudaEvent_t done = nullptr;
+  DType dtype = DType::f32;
+  bool requested = false;
+};
+
+Readback::Readback(Device device) : state_(std::make_unique<State>()) {
+  state_->device = device;
+  cuda_detail::activate(device);
+  MIXPREC_CUDA_CHECK(cudaMallocHost(&state_->pinned, 8));
+  MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&state_->done, cudaEventDisableTiming));
+}
+
+Readback::~Readback() {
+  if (!state_) return;
+  (void)cudaEventSynchronize(state_->done);  // the copy may still write the pinned bytes
+  (void)cudaEventDestroy(state_->done);
+  (void)cudaFreeHost(state_->pinned);
+}
+
+void Readback::request(const Tensor& scalar) {
+  MIXPREC_CHECK(scalar.numel() == 1 && scalar.device() == state_->device,
+                "Readback::request: expected a one-element tensor on ", state_->device.str(),
+                ", got ", scalar.numel(), " elements on ", scalar.device().str());
+  cudaStream_t s = cuda_detail::activate(state_->device);
+  // An earlier copy into the same bytes is ordered before this one on the stream.
+  MIXPREC_CUDA_CHECK(cudaMemcpyAsync(state_->pinned, scalar.data_ptr(), scalar.itemsize(),
+                                     cudaMemcpyDeviceToHost, s));
+  MIXPREC_CUDA_CHECK(cudaEventRecord(state_->done, s));
+  state_->dtype = scalar.dtype();
+  state_->requested = true;
+}
+
+std::optional<double> Readback::poll() {
+  if (!state_->requested) return std::nullopt;
+  const cudaError_t e = cudaEventQuery(state_->done);
+  if (e == cudaErrorNotReady) return std::nullopt;
+  MIXPREC_CUDA_CHECK(e);
+  double v = 0;
+  convert_row(state_->pinned, state_->dtype, &v, DType::f64, 1);
+  return v;
 }
 
 }  // namespace cuda

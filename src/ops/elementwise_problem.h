@@ -172,6 +172,16 @@ struct Hardswish : Params {
   }
 };
 
+// f applied to its N = F::arity operand values v[0..N) (every backend's loop calls this).
+template <int N, class F, class C> MIXPREC_HD C apply(const F& f, const C* v) {
+  if constexpr (N == 1)
+    return f(v[0]);
+  else if constexpr (N == 2)
+    return f(v[0], v[1]);
+  else
+    return f(v[0], v[1], v[2]);
+}
+
 // g * f'(x, y) for a unary formula F, reading what F::needs says was saved: (g), (g, x),
 // (g, y) or (g, x, y). A one-operand derivative (x or y) is called as dfdx(s, s).
 template <class F> struct Grad {

@@ -4,6 +4,7 @@
 #include <functional>
 #include <sstream>
 
+#include "mixprec/cuda_readback.h"
 #include "mixprec/mixprec.h"
 #include "test_util.h"
 
@@ -236,7 +237,8 @@ TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysWhatIsMissing) {
            [] { set_context({.device = Device::cuda()}); },
            [] { (void)zeros({2, 3}, {.device = Device::cuda()}); },
            [] { (void)ones({2}).to(Device::cuda()); },
-           [] { cuda::synchronize(); }}) {
+           [] { cuda::synchronize(); },
+           [] { cuda::Readback rb; }}) {
     try {
       attempt();
       ADD_FAILURE() << "no error";

@@ -4,6 +4,7 @@
 
 #include "mixprec/allocator.h"
 #include "mixprec/cuda.h"
+#include "mixprec/cuda_readback.h"
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
 
@@ -55,6 +56,26 @@ TEST(CudaRuntime, StagingUploadsEqualTheHostBatches) {
     const Tensor g = staging.upload(h);
     EXPECT_TRUE(testing::all_close(g.to(Device::cpu()), h, {0.0, 0.0})) << "batch " << k;
   }
+}
+
+}  // namespace
+}  // namespace mixprec
+
+namespace mixprec {
+namespace {
+
+TEST(CudaRuntime, ReadbackAnswersTheFlagOnceItsCopyRanWithoutBlocking) {
+  cuda::Readback rb(Device::cuda(0));
+  EXPECT_FALSE(rb.poll().has_value());  // nothing requested yet
+  const Tensor flag = full({1}, 1.0, {.device = Device::cuda(0)});
+  rb.request(flag);
+  cuda::synchronize(Device::cuda(0));  // the test waits; a training loop would poll later
+  ASSERT_TRUE(rb.poll().has_value());
+  EXPECT_EQ(*rb.poll(), 1.0);
+  const Tensor scale = full({1}, 65536.0, {.device = Device::cuda(0)});
+  rb.request(scale);
+  cuda::synchronize(Device::cuda(0));
+  EXPECT_EQ(rb.poll().value_or(-1), 65536.0);
 }
 
 }  // namespace

@@ -57,16 +57,17 @@ uint32_t alignment(const void* p) {
 
 struct PerDevice {
   cublasLtHandle_t handle = nullptr;
-  Tensor workspace;  // 32 MiB, from the device's caching allocator
+  Tensor workspace;     // 32 MiB, from the device's caching allocator
+  std::mutex algos_mu;  // guards algos (the workspace is used in stream order)
   std::map<std::string, cublasLtMatmulAlgo_t> algos;
 };
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 PerDevice& per_device(Device device) {
   static std::mutex mu;
-  static std::map<int, PerDevice> table;
+  static auto* const table = new std::map<int, PerDevice>();  // never destroyed (see allocator)
   std::lock_guard<std::mutex> lock(mu);
-  PerDevice& pd = table[device.index];
+  PerDevice& pd = (*table)[device.index];
   if (!pd.handle) {
     LT_CHECK(cublasLtCreate(&pd.handle));
     pd.workspace = Tensor::empty({static_cast<int64_t>(kWorkspaceBytes)},
@@ -216,6 +217,7 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
                     int64_t(al[2])})
     key += std::to_string(v) + ',';
   cublasLtMatmulAlgo_t algo;
+  std::unique_lock<std::mutex> algos_lock(pd.algos_mu);
   auto it = pd.algos.find(key);
   if (it != pd.algos.end()) {
     algo = it->second;
@@ -238,6 +240,7 @@ void lt_gemm(const MatmulProblem& p, const Operand& A, const Operand& B, void* o
     algo = result.algo;
     pd.algos.emplace(key, algo);
   }
+  algos_lock.unlock();
   const float alpha32 = 1.0f, beta32 = 0.0f;
   const double alpha64 = 1.0, beta64 = 0.0;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;

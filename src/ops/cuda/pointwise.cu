@@ -53,14 +53,7 @@ template <class C, int N, class F> __global__ void pointwise_kernel(PointwiseArg
     }
     C v[N];
     for (int k = 0; k < N; ++k) v[k] = load_elem<C>(a.in[k], a.in_dt[k], off[k]);
-    C r;
-    if constexpr (N == 1)
-      r = f(v[0]);
-    else if constexpr (N == 2)
-      r = f(v[0], v[1]);
-    else
-      r = f(v[0], v[1], v[2]);
-    store_elem<C>(a.out, a.out_dt, out_off, r);
+    store_elem<C>(a.out, a.out_dt, out_off, formulas::apply<N>(f, v));
   }
 }
 
