@@ -37,7 +37,7 @@ TEST(CudaPointwise, EveryFormulaMatchesTheReferenceWithBroadcastAndStrides) {
   for (DType d : kFloats) {
     for (int f = 0; f <= last; ++f) {
       const auto fn = static_cast<ops::PointwiseFn>(f);
-      ops::PointwiseProblem probe{.fn = fn, .a = 0.7, .b = 1.3};
+      ops::PointwiseProblem probe{.fn = fn, .a = 0.7, .b = 1.3, .in = {}, .out = {}};
       const int arity = ops::visit_pointwise(probe, [](const auto& fo) {
         return std::remove_cvref_t<decltype(fo)>::arity;
       });
@@ -77,7 +77,7 @@ TEST(CudaPointwise, NanAndInfPropagateAsOnTheCpu) {
   const Tensor x = Tensor::from_vector<double>({-1.0, 0.0, std::nan(""), inf, -inf, 70000.0}, {6});
   for (DType d : {DType::f32, DType::f16}) {
     for (auto fn : {ops::PointwiseFn::relu, ops::PointwiseFn::exp, ops::PointwiseFn::mul_scalar}) {
-      ops::PointwiseProblem cpu{.fn = fn, .a = 2.0}, dev = cpu;
+      ops::PointwiseProblem cpu{.fn = fn, .a = 2.0, .b = 0, .in = {}, .out = {}}, dev = cpu;
       cpu.in[0] = x.astype(d);
       dev.in[0] = gpu(cpu.in[0]);
       cpu.out = zeros({6}, {.dtype = d});
@@ -87,8 +87,11 @@ TEST(CudaPointwise, NanAndInfPropagateAsOnTheCpu) {
       const auto a = dev.out.to(Device::cpu()).to_vector<double>();
       const auto e = cpu.out.to_vector<double>();
       for (size_t i = 0; i < a.size(); ++i) {
-        if (std::isnan(e[i])) EXPECT_TRUE(std::isnan(a[i])) << i;
-        else if (std::isinf(e[i])) EXPECT_EQ(a[i], e[i]) << i;  // f16 overflow at 65504 too
+        if (std::isnan(e[i])) {
+          EXPECT_TRUE(std::isnan(a[i])) << i;
+        } else if (std::isinf(e[i])) {
+          EXPECT_EQ(a[i], e[i]) << i;  // f16 overflow at 65504 too
+        }
       }
     }
   }
