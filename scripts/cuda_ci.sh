@@ -13,10 +13,11 @@ if [ ! -x "$NVCC" ]; then
   exit 0
 fi
 t0=$SECONDS
+log=$(mktemp /tmp/cuda_ci.configure.XXXXXX.log)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=None -DMIXPREC_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$NVCC" -DMIXPREC_BUILD_BENCH=OFF \
-  -DMIXPREC_BUILD_TOOLS=OFF -DMIXPREC_PYTHON=OFF > "$BUILD_DIR.configure.log" 2>&1 \
-  || { cat "$BUILD_DIR.configure.log"; exit 1; }
+  -DMIXPREC_BUILD_TOOLS=OFF -DMIXPREC_PYTHON=OFF > "$log" 2>&1 \
+  || { cat "$log"; exit 1; }
 cmake --build "$BUILD_DIR" -j 2 --target mixprec cuda_test
 ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure
 echo "cuda_ci: configure, build and test in $((SECONDS - t0)) s"
