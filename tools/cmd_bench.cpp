@@ -97,6 +97,7 @@ struct BenchArgs {
   std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", report;
   int64_t batch_size = 0, steps = 20, warmup = 5;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -108,6 +109,7 @@ int run_bench(const BenchArgs& a) {
     (void)parse_low_dtype(a.dtype);
     (void)parse_loss_scale(a.loss_scale);
   });
+  use_device(a.device);
   const int threads = set_threads(a.threads);
   const AmpLevel level = parse_amp_level(a.amp_level);
   const DType low = parse_low_dtype(a.dtype);
@@ -229,6 +231,7 @@ Command register_bench(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   cmd->add_option("--report", a->report, "Write JSON here");
   return {cmd, [a] { return run_bench(*a); }};
 }

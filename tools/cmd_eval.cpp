@@ -19,6 +19,7 @@ struct EvalArgs {
   std::string model = "simplenet", checkpoint, data = dataset::kFashionMnistDir, amp_level = "O0", dtype = "bf16";
   int64_t batch_size = 256;
   int threads = 0;
+  std::string device = "cpu";
 };
 }  // namespace
 
@@ -33,6 +34,7 @@ Command register_eval(CLI::App& app) {
   cmd->add_option("--dtype", a->dtype, "bf16|f16")->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "Evaluation batch size")->capture_default_str();
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   return {cmd, [a] {
     as_usage_error([&] {
       MIXPREC_CHECK(a->batch_size >= 1, "--batch-size: expected at least 1, got ", a->batch_size);
@@ -40,6 +42,7 @@ Command register_eval(CLI::App& app) {
       with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a->amp_level); });
       (void)parse_low_dtype(a->dtype);
     });
+    use_device(a->device);
     set_threads(a->threads);
     auto net = nn::make_model(a->model);
     const auto report = io::load_param_into_net(*net, io::load_checkpoint(a->checkpoint), {.strict = true});

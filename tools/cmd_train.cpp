@@ -240,6 +240,7 @@ struct Setup {
 
 Setup parse(const TrainArgs& args) {
   as_usage_error([&] { validate(args); });
+  use_device(args.device);
   Setup s{args, start_parallel(args)};
   if (s.par.rank != 0) s.a.report = s.a.trace = "";
   if (s.par.rank == 0)
@@ -439,6 +440,7 @@ Command register_train(CLI::App& app) {
       ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? "expected a number >= 0, got " + v : ""; },
                              "", "NonNegative"));
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)")->capture_default_str();
+  cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   cmd->add_option("--amp-level", a->amp_level,
                   "O0 (fp32) | O1 (white list low) | O2 (all but black list low, fp32 BatchNorm) | O3 (all low) | auto")
       ->capture_default_str();

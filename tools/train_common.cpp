@@ -5,6 +5,8 @@
 
 #include <sstream>
 
+#include "cli_error.h"
+#include "mixprec/context.h"
 #include "mixprec/error.h"
 
 namespace mixprec::cli {
@@ -83,6 +85,26 @@ int set_threads(int threads) {
   MIXPREC_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   if (threads > 0) omp_set_num_threads(threads);
   return omp_get_max_threads();
+}
+
+void use_device(const std::string& device) {
+  Device d = Device::cpu();
+  as_usage_error([&] {
+    const bool cuda = device.rfind("cuda", 0) == 0;
+    MIXPREC_CHECK(device == "cpu" || device == "cuda" ||
+                      (cuda && device.size() > 5 && device[4] == ':' &&
+                       device.find_first_not_of("0123456789", 5) == std::string::npos &&
+                       device.size() < 8),
+                  "--device: expected cpu, cuda or cuda:N, got '", device, "'");
+    if (cuda) d = Device::cuda(device.size() > 5 ? std::stoi(device.substr(5)) : 0);
+  });
+  if (d.is_cpu()) return;
+  set_context({.device = d});  // throws: no CUDA backend in this build, or no GPU visible
+  MIXPREC_CHECK(false, "--device ", d.str(), ": the CUDA backend is experimental and cannot run ",
+                "this command yet: its runtime and kernels (cuBLASLt GEMM, elementwise, softmax, ",
+                "LayerNorm, cross-entropy, embedding, sum, AMP updates) exist, but the zoo's ",
+                "convolution, pooling and BatchNorm kernels and the device training loop do not",
+                Hint{"use --device cpu (docs/cuda.md says what the backend has)"});
 }
 
 }  // namespace mixprec::cli

@@ -36,4 +36,12 @@ dataset::Dataset standard_pipeline(dataset::Dataset ds);
 // --threads: sets OpenMP's thread count (0 keeps the default); returns the count in use.
 int set_threads(int threads);
 
+// --device for train, eval and bench: "cpu" (the default), "cuda" or "cuda:N".
+inline constexpr const char* kDeviceHelp =
+    "cpu | cuda[:N] (CUDA: experimental; needs a -DMIXPREC_CUDA=ON build and a GPU)";
+// Parses --device and makes it the context's device. A CUDA device throws a clear error: the
+// build has no CUDA backend, no GPU is visible, or (with both) training on the GPU is not wired
+// up yet (docs/cuda.md).
+void use_device(const std::string& device);
+
 }  // namespace mixprec::cli

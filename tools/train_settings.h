@@ -28,6 +28,7 @@ struct TrainArgs {
   int64_t accumulation_steps = 1; // micro-batches per update (TrainStepOptions::accumulation_steps)
   uint64_t seed = 1;
   int threads = 0;
+  std::string device = "cpu";  // --device (train_common.h, use_device)
   std::string amp_level = "O2";
   bool amp_level_given = false;   // --amp-level was on the command line (a custom list replaces it)
   // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.

@@ -47,6 +47,9 @@ void record_alloc(Device device, size_t nbytes);
 void record_free(Device device, size_t nbytes);
 void record_system_alloc(Device device);
 void record_cached(Device device, int64_t delta_bytes);
+// The block size a request of n bytes is served with (both caching allocators): n rounded up to
+// 64 bytes below 4 KiB, else to a quarter of its power of two.
+size_t size_class(size_t n);
 }  // namespace detail
 
 }  // namespace mixprec

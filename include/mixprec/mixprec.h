@@ -8,6 +8,7 @@
 #include "mixprec/context.h"
 #include "mixprec/convert.h"
 #include "mixprec/cpu_features.h"
+#include "mixprec/cuda.h"
 #include "mixprec/device.h"
 #include "mixprec/dtype.h"
 #include "mixprec/error.h"

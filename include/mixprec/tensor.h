@@ -126,6 +126,9 @@ class Tensor {
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor astype(DType dtype) const;  // self if already dtype, else a converted copy
+  // Self if already on `device`, else a packed copy there (not differentiable: a new leaf). A
+  // copy to the CPU waits for the GPU; one to a GPU is queued on its stream.
+  Tensor to(Device device) const;
   // In-place writes (not differentiable: refused on tensors that require grad while grad mode
   // is on). Writes src (same shape, any dtype) into this tensor's elements; bumps the version.
   Tensor& copy_(const Tensor& src);
@@ -178,7 +181,8 @@ T* Tensor::data() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  const Tensor packed = (dtype() == dtype_of<T>() ? *this : astype(dtype_of<T>())).contiguous();
+  const Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  const Tensor packed = (dtype() == dtype_of<T>() ? host : host.astype(dtype_of<T>())).contiguous();
   const T* p = packed.data<T>();
   return std::vector<T>(p, p + packed.numel());
 }

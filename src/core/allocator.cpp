@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda_runtime.h"
 #include "mixprec/error.h"
 
 namespace mixprec {
@@ -38,13 +39,18 @@ Counters& counters(Device d) {
   return table[slot];
 }
 
-size_t size_class(size_t n) {
+}  // namespace
+
+size_t detail::size_class(size_t n) {
   if (n <= 4096) return (std::max<size_t>(n, 1) + 63) / 64 * 64;
   size_t p = 1;
   while (p * 2 <= n) p *= 2;  // p <= n < 2p
   const size_t step = p / 4;
   return (n + step - 1) / step * step;
 }
+
+namespace {
+using detail::size_class;
 
 bool caching_enabled() {
 #ifdef MIXPREC_NO_CACHING_ALLOCATOR
@@ -146,9 +152,7 @@ void record_cached(Device device, int64_t delta) { counters(device).cached.fetch
 }  // namespace detail
 
 Allocator& allocator_for(Device device) {
-  MIXPREC_CHECK(device.is_cpu(), "no allocator for device ", device.str(),
-                ": this build has no CUDA backend",
-                Hint{"configure with -DMIXPREC_WITH_CUDA=ON on a machine with CUDA"});
+  if (device.is_cuda()) return detail::cuda_allocator(device);  // throws without CUDA or a GPU
   return cpu_allocator();
 }
 
@@ -160,6 +164,7 @@ MemoryStats memory_stats(Device device) {
 
 void empty_cache(Device device) {
   if (device.is_cpu()) cpu_allocator().empty();
+  else detail::cuda_empty_cache(device);
 }
 
 void reset_peak_memory(Device device) {

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include "mixprec/cuda.h"
 #include "mixprec/error.h"
 
 namespace mixprec {
@@ -11,9 +12,8 @@ ContextOptions g_context;
 }
 
 void set_context(const ContextOptions& options) {
-  MIXPREC_CHECK(options.device.is_cpu(), "set_context: device ", options.device.str(),
-                " is not available in this build (cpu only)",
-                Hint{"the CUDA backend is not built; use Device::cpu()"});
+  // Throws, saying what is missing (the backend in this build, a driver, a GPU) and what to do.
+  if (options.device.is_cuda()) cuda::check_device(options.device);
   MIXPREC_CHECK(options.threads >= 0, "set_context: threads must be >= 0, got ", options.threads);
   if (options.threads > 0) omp_set_num_threads(options.threads);
   g_context = options;

@@ -6,19 +6,13 @@
 
 #include <cstring>
 
+#include "cuda_runtime.h"
 #include "mixprec/convert.h"
 
 namespace mixprec::detail {
-namespace {
 
-struct Layout {
-  Shape sizes;
-  Strides src, dst;
-};
-
-// Drops size-1 dims and merges neighbours that are contiguous in both tensors.
-Layout coalesce(const Shape& shape, const Strides& ss, const Strides& ds) {
-  Layout l;
+CopyLayout coalesce(const Shape& shape, const Strides& ss, const Strides& ds) {
+  CopyLayout l;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 1) continue;
     if (!l.sizes.empty() && l.src.back() == ss[i] * shape[i] && l.dst.back() == ds[i] * shape[i]) {
@@ -38,6 +32,8 @@ Layout coalesce(const Shape& shape, const Strides& ss, const Strides& ds) {
   }
   return l;
 }
+
+namespace {
 
 template <class E>
 void copy_typed(const char* s, int64_t s_stride, char* d, int64_t d_stride, int64_t n) {
@@ -91,11 +87,13 @@ void copy_run(const char* s, DType sdt, int64_t s_stride, char* d, DType ddt, in
 void strided_copy(const Tensor& src, const Tensor& dst) {
   MIXPREC_ASSERT(src.shape() == dst.shape(), "strided_copy shapes ", shape_str(src.shape()),
                  " vs ", shape_str(dst.shape()));
-  MIXPREC_CHECK(src.device() == dst.device(), "copy: expected tensors on the same device, got ",
-                src.device().str(), " and ", dst.device().str());
+  if (!src.device().is_cpu() || !dst.device().is_cpu()) {
+    cuda_copy(src, dst);  // within a GPU, or between devices (Tensor::to, copy_)
+    return;
+  }
   const int64_t numel = src.numel();
   if (numel == 0) return;
-  const Layout l = coalesce(src.shape(), src.strides(), dst.strides());
+  const CopyLayout l = coalesce(src.shape(), src.strides(), dst.strides());
   const int64_t nd = static_cast<int64_t>(l.sizes.size());
   const int64_t inner = l.sizes[nd - 1];
   const int64_t outer = numel / inner;

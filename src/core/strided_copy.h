@@ -7,6 +7,14 @@
 
 namespace mixprec::detail {
 
+// A copy's index space: size-1 dims dropped, neighbours contiguous in both tensors merged (at
+// least one dim). The CPU loop and the CUDA kernel (core/cuda_copy.cu) both walk this.
+struct CopyLayout {
+  Shape sizes;
+  Strides src, dst;
+};
+CopyLayout coalesce(const Shape& shape, const Strides& src_strides, const Strides& dst_strides);
+
 // dst and src have the same shape; dtypes may differ. Does not bump dst's version.
 void strided_copy(const Tensor& src, const Tensor& dst);
 

@@ -79,9 +79,22 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape
 
 Tensor Tensor::from_data(const void* data, DType src_dtype, const Shape& shape,
                          TensorOptions options) {
+  if (!options.device.is_cpu()) {  // converted on the host, then one upload
+    const Tensor host = from_data(data, src_dtype, shape, {.dtype = options.dtype});
+    Tensor t = empty(shape, options);
+    detail::strided_copy(host, t);
+    return t;
+  }
   Tensor t = empty(shape, options);
   convert_row(data, src_dtype, t.data_ptr(), options.dtype, t.numel());
   return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (this->device() == device) return *this;
+  Tensor out = empty(shape(), {.dtype = dtype(), .device = device});
+  detail::strided_copy(*this, out);
+  return out;
 }
 
 // ------------------------------------------------------------------ metadata
@@ -297,14 +310,16 @@ Tensor& Tensor::fill_(double value) {
 double Tensor::item() const {
   MIXPREC_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ",
                 shape_str(shape()));
-  MIXPREC_CHECK(device().is_cpu(), "item: tensor is on ", device().str(), ", not cpu");
+  MIXPREC_CHECK(device().is_cpu(), "item: tensor is on ", device().str(), ", not cpu",
+                Hint{"copy it to the host first: t.to(Device::cpu()).item()"});
   return visit_dtype(dtype(), [&]<class T>() { return to_double(*static_cast<const T*>(data_ptr())); });
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
   MIXPREC_CHECK(static_cast<int64_t>(index.size()) == dim(), "at: expected ", dim(),
                 " indices, got ", index.size());
-  MIXPREC_CHECK(device().is_cpu(), "at: tensor is on ", device().str(), ", not cpu");
+  MIXPREC_CHECK(device().is_cpu(), "at: tensor is on ", device().str(), ", not cpu",
+                Hint{"copy it to the host first: t.to(Device::cpu())"});
   int64_t off = 0;
   size_t k = 0;
   for (int64_t i : index) {

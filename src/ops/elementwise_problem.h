@@ -29,6 +29,14 @@ enum class Needs { none, x, y, xy };
 
 namespace formulas {
 
+// The formulas are host and device code: nvcc compiles them into the CUDA pointwise kernel
+// (ops/cuda/pointwise.cu); for every other compiler the macro is empty.
+#if defined(__CUDACC__)
+#define MIXPREC_HD __host__ __device__
+#else
+#define MIXPREC_HD
+#endif
+
 // The scalar parameters of a formula (PointwiseProblem::a, b; most use none), and its number of
 // operands (1 unless the functor says otherwise).
 struct Params {
@@ -40,77 +48,81 @@ struct Params {
 
 struct AddScalar : Params {
   static constexpr Needs needs = Needs::none;
-  template <class C> C operator()(C v) const { return v + static_cast<C>(a); }
-  template <class C> C dfdx(C, C) const { return C(1); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return v + static_cast<C>(a); }
+  template <class C> MIXPREC_HD C dfdx(C, C) const { return C(1); }
 };
 struct MulScalar : Params {
   static constexpr Needs needs = Needs::none;
-  template <class C> C operator()(C v) const { return v * static_cast<C>(a); }
-  template <class C> C dfdx(C, C) const { return static_cast<C>(a); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return v * static_cast<C>(a); }
+  template <class C> MIXPREC_HD C dfdx(C, C) const { return static_cast<C>(a); }
 };
 struct PowScalar : Params {  // a: the exponent
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const { return std::pow(v, static_cast<C>(a)); }
-  template <class C> C dfdx(C xi, C) const {
+  template <class C> MIXPREC_HD C operator()(C v) const { return std::pow(v, static_cast<C>(a)); }
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const {
     return a == 0 ? C(0) : static_cast<C>(a) * std::pow(xi, static_cast<C>(a - 1));
   }
 };
 struct Neg : Params {
   static constexpr Needs needs = Needs::none;
-  template <class C> C operator()(C v) const { return -v; }
-  template <class C> C dfdx(C, C) const { return C(-1); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return -v; }
+  template <class C> MIXPREC_HD C dfdx(C, C) const { return C(-1); }
 };
 struct Exp : Params {
   static constexpr Needs needs = Needs::y;
-  template <class C> C operator()(C v) const { return std::exp(v); }
-  template <class C> C dfdx(C, C y) const { return y; }
+  template <class C> MIXPREC_HD C operator()(C v) const { return std::exp(v); }
+  template <class C> MIXPREC_HD C dfdx(C, C y) const { return y; }
 };
 struct Log : Params {
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const { return std::log(v); }
-  template <class C> C dfdx(C xi, C) const { return 1 / xi; }
+  template <class C> MIXPREC_HD C operator()(C v) const { return std::log(v); }
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const { return 1 / xi; }
 };
 struct Sqrt : Params {
   static constexpr Needs needs = Needs::y;
-  template <class C> C operator()(C v) const { return std::sqrt(v); }
-  template <class C> C dfdx(C, C y) const { return C(0.5) / y; }
+  template <class C> MIXPREC_HD C operator()(C v) const { return std::sqrt(v); }
+  template <class C> MIXPREC_HD C dfdx(C, C y) const { return C(0.5) / y; }
 };
 struct Rsqrt : Params {
   static constexpr Needs needs = Needs::xy;
-  template <class C> C operator()(C v) const { return 1 / std::sqrt(v); }
-  template <class C> C dfdx(C xi, C y) const { return C(-0.5) * y / xi; }
+  template <class C> MIXPREC_HD C operator()(C v) const { return 1 / std::sqrt(v); }
+  template <class C> MIXPREC_HD C dfdx(C xi, C y) const { return C(-0.5) * y / xi; }
 };
 struct Abs : Params {
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const { return std::abs(v); }
-  template <class C> C dfdx(C xi, C) const { return xi > 0 ? C(1) : (xi < 0 ? C(-1) : C(0)); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return std::abs(v); }
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const {
+    return xi > 0 ? C(1) : (xi < 0 ? C(-1) : C(0));
+  }
 };
 struct Clamp : Params {  // a: low, b: high (+-inf when absent)
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const {
+  template <class C> MIXPREC_HD C operator()(C v) const {
     return v < static_cast<C>(a) ? static_cast<C>(a)
                                  : (v > static_cast<C>(b) ? static_cast<C>(b) : v);
   }
-  template <class C> C dfdx(C xi, C) const {
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const {
     return (xi >= static_cast<C>(a) && xi <= static_cast<C>(b)) ? C(1) : C(0);
   }
 };
 // NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
 // Its gradient is ReluMask (from the output), not a dfdx.
 struct Relu : Params {
-  template <class C> C operator()(C v) const { return (v > 0) | (v != v) ? v : C(0); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return (v > 0) | (v != v) ? v : C(0); }
 };
 struct LeakyRelu : Params {  // a: the negative slope
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const { return v > 0 ? v : v * static_cast<C>(a); }
-  template <class C> C dfdx(C xi, C) const { return xi > 0 ? C(1) : static_cast<C>(a); }
+  template <class C> MIXPREC_HD C operator()(C v) const {
+    return v > 0 ? v : v * static_cast<C>(a);
+  }
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const { return xi > 0 ? C(1) : static_cast<C>(a); }
 };
 struct GeluErf : Params {
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const {
+  template <class C> MIXPREC_HD C operator()(C v) const {
     return C(0.5) * v * (C(1) + std::erf(v * static_cast<C>(1 / std::numbers::sqrt2)));
   }
-  template <class C> C dfdx(C v, C) const {
+  template <class C> MIXPREC_HD C dfdx(C v, C) const {
     const C cdf = C(0.5) * (C(1) + std::erf(v * static_cast<C>(1 / std::numbers::sqrt2)));
     const C pdf = std::exp(C(-0.5) * v * v) *
                   static_cast<C>(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2);
@@ -119,11 +131,11 @@ struct GeluErf : Params {
 };
 struct GeluTanh : Params {
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const {
+  template <class C> MIXPREC_HD C operator()(C v) const {
     const C k = static_cast<C>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
     return C(0.5) * v * (C(1) + std::tanh(k * (v + C(0.044715) * v * v * v)));
   }
-  template <class C> C dfdx(C v, C) const {
+  template <class C> MIXPREC_HD C dfdx(C v, C) const {
     const C k = static_cast<C>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
     const C t = std::tanh(k * (v + C(0.044715) * v * v * v));
     return C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * v * v);
@@ -131,18 +143,18 @@ struct GeluTanh : Params {
 };
 struct Sigmoid : Params {
   static constexpr Needs needs = Needs::y;
-  template <class C> C operator()(C v) const { return 1 / (1 + std::exp(-v)); }
-  template <class C> C dfdx(C, C y) const { return y * (1 - y); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return 1 / (1 + std::exp(-v)); }
+  template <class C> MIXPREC_HD C dfdx(C, C y) const { return y * (1 - y); }
 };
 struct Tanh : Params {
   static constexpr Needs needs = Needs::y;
-  template <class C> C operator()(C v) const { return std::tanh(v); }
-  template <class C> C dfdx(C, C y) const { return 1 - y * y; }
+  template <class C> MIXPREC_HD C operator()(C v) const { return std::tanh(v); }
+  template <class C> MIXPREC_HD C dfdx(C, C y) const { return 1 - y * y; }
 };
 struct Silu : Params {
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const { return v / (1 + std::exp(-v)); }
-  template <class C> C dfdx(C v, C) const {
+  template <class C> MIXPREC_HD C operator()(C v) const { return v / (1 + std::exp(-v)); }
+  template <class C> MIXPREC_HD C dfdx(C v, C) const {
     const auto s = 1 / (1 + std::exp(-v));
     return s * (1 + v * (1 - s));
   }
@@ -151,115 +163,133 @@ struct Silu : Params {
 // x / 3 + 1/2 on [-3, 3] and 1 above (PyTorch's choice at the kinks). NaN propagates.
 struct Hardswish : Params {
   static constexpr Needs needs = Needs::x;
-  template <class C> C operator()(C v) const {
+  template <class C> MIXPREC_HD C operator()(C v) const {
     const C r6 = std::min(std::max(v + C(3), C(0)), C(6));
     return v * r6 / C(6);
   }
-  template <class C> C dfdx(C xi, C) const {
+  template <class C> MIXPREC_HD C dfdx(C xi, C) const {
     return xi < C(-3) ? C(0) : (xi <= C(3) ? xi / C(3) + C(0.5) : C(1));
   }
 };
+
+// f applied to its N = F::arity operand values v[0..N) (every backend's loop calls this).
+template <int N, class F, class C> MIXPREC_HD C apply(const F& f, const C* v) {
+  if constexpr (N == 1)
+    return f(v[0]);
+  else if constexpr (N == 2)
+    return f(v[0], v[1]);
+  else
+    return f(v[0], v[1], v[2]);
+}
 
 // g * f'(x, y) for a unary formula F, reading what F::needs says was saved: (g), (g, x),
 // (g, y) or (g, x, y). A one-operand derivative (x or y) is called as dfdx(s, s).
 template <class F> struct Grad {
   static constexpr int arity = F::needs == Needs::none ? 1 : F::needs == Needs::xy ? 3 : 2;
   F f;
-  template <class C> C operator()(C v) const { return v * f.dfdx(C(0), C(0)); }
-  template <class C> C operator()(C v, C s) const { return v * f.dfdx(s, s); }
-  template <class C> C operator()(C v, C xi, C yi) const { return v * f.dfdx(xi, yi); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return v * f.dfdx(C(0), C(0)); }
+  template <class C> MIXPREC_HD C operator()(C v, C s) const { return v * f.dfdx(s, s); }
+  template <class C> MIXPREC_HD C operator()(C v, C xi, C yi) const { return v * f.dfdx(xi, yi); }
 };
 
 // ---------------------------------------------------------------- binary and ternary
 
 struct Add : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return x + y; }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return x + y; }
 };
 struct Sub : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return x - y; }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return x - y; }
 };
 struct Mul : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return x * y; }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return x * y; }
 };
 struct Div : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return x / y; }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return x / y; }
 };
 struct DivGradB : Params {  // (g, out, b): d(a/b)/db = -out/b
   static constexpr int arity = 3;
-  template <class C> C operator()(C gi, C o, C bi) const { return -gi * o / bi; }
+  template <class C> MIXPREC_HD C operator()(C gi, C o, C bi) const { return -gi * o / bi; }
 };
 struct Pow : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return std::pow(x, y); }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return std::pow(x, y); }
 };
 struct PowDa : Params {  // (a, b): d/da = b a^(b-1)
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return y == 0 ? C(0) : y * std::pow(x, y - 1); }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const {
+    return y == 0 ? C(0) : y * std::pow(x, y - 1);
+  }
 };
 struct PowDb : Params {  // (out, a): d/db = out * log(a) (0 where a == 0)
   static constexpr int arity = 2;
-  template <class C> C operator()(C o, C x) const { return x == 0 ? C(0) : o * std::log(x); }
+  template <class C> MIXPREC_HD C operator()(C o, C x) const {
+    return x == 0 ? C(0) : o * std::log(x);
+  }
 };
 struct Maximum : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return x >= y ? x : y; }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return x >= y ? x : y; }
 };
 struct MaximumGradA : Params {  // (g, a, b)
   static constexpr int arity = 3;
-  template <class C> C operator()(C gi, C x, C y) const { return x >= y ? gi : C(0); }
+  template <class C> MIXPREC_HD C operator()(C gi, C x, C y) const { return x >= y ? gi : C(0); }
 };
 struct MaximumGradB : Params {
   static constexpr int arity = 3;
-  template <class C> C operator()(C gi, C x, C y) const { return x >= y ? C(0) : gi; }
+  template <class C> MIXPREC_HD C operator()(C gi, C x, C y) const { return x >= y ? C(0) : gi; }
 };
 struct Minimum : Params {
   static constexpr int arity = 2;
-  template <class C> C operator()(C x, C y) const { return x <= y ? x : y; }
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return x <= y ? x : y; }
 };
 struct MinimumGradA : Params {
   static constexpr int arity = 3;
-  template <class C> C operator()(C gi, C x, C y) const { return x <= y ? gi : C(0); }
+  template <class C> MIXPREC_HD C operator()(C gi, C x, C y) const { return x <= y ? gi : C(0); }
 };
 struct MinimumGradB : Params {
   static constexpr int arity = 3;
-  template <class C> C operator()(C gi, C x, C y) const { return x <= y ? C(0) : gi; }
+  template <class C> MIXPREC_HD C operator()(C gi, C x, C y) const { return x <= y ? C(0) : gi; }
 };
 struct Where : Params {  // (cond, a, b)
   static constexpr int arity = 3;
-  template <class C> C operator()(C c, C x, C y) const { return c != 0 ? x : y; }
+  template <class C> MIXPREC_HD C operator()(C c, C x, C y) const { return c != 0 ? x : y; }
 };
 struct WhereGradA : Params {  // (cond, g, zero)
   static constexpr int arity = 3;
-  template <class C> C operator()(C ci, C gi, C z) const { return ci != 0 ? gi : z; }
+  template <class C> MIXPREC_HD C operator()(C ci, C gi, C z) const { return ci != 0 ? gi : z; }
 };
 struct WhereGradB : Params {
   static constexpr int arity = 3;
-  template <class C> C operator()(C ci, C gi, C z) const { return ci != 0 ? z : gi; }
+  template <class C> MIXPREC_HD C operator()(C ci, C gi, C z) const { return ci != 0 ? z : gi; }
 };
 struct MaskedFill : Params {  // (x, mask); a: the fill value
   static constexpr int arity = 2;
-  template <class C> C operator()(C v, C m) const { return m != 0 ? static_cast<C>(a) : v; }
+  template <class C> MIXPREC_HD C operator()(C v, C m) const {
+    return m != 0 ? static_cast<C>(a) : v;
+  }
 };
 struct MaskedFillGrad : Params {  // (g, mask)
   static constexpr int arity = 2;
-  template <class C> C operator()(C gi, C m) const { return m != 0 ? C(0) : gi; }
+  template <class C> MIXPREC_HD C operator()(C gi, C m) const { return m != 0 ? C(0) : gi; }
 };
 // ReLU's gradient from its output: y > 0 ? g : +0 (PyTorch's threshold_backward; NaN outputs
 // give 0). g is loaded unconditionally so that the select vectorises.
 struct ReluMask : Params {  // (g, y)
   static constexpr int arity = 2;
-  template <class C> C operator()(C v, C yi) const {
+  template <class C> MIXPREC_HD C operator()(C v, C yi) const {
     const C keep = v;
     return yi > 0 ? keep : C(0);
   }
 };
 struct Dropout : Params {  // (x, mask); a: 1 / (1 - p)
   static constexpr int arity = 2;
-  template <class C> C operator()(C v, C m) const { return m != 0 ? v * static_cast<C>(a) : C(0); }
+  template <class C> MIXPREC_HD C operator()(C v, C m) const {
+    return m != 0 ? v * static_cast<C>(a) : C(0);
+  }
 };
 
 }  // namespace formulas

@@ -9,6 +9,7 @@
 
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
+#include "ops/amp_problem.h"
 #include "ops/cast_cache.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/ops/ops.h"
@@ -180,16 +181,13 @@ Momentum::Momentum(std::vector<Tensor> params, LearningRate lr, double momentum,
 }
 
 void Momentum::update(const UpdateArgs& a) {
-  const float lr = static_cast<float>(a.lr), m = static_cast<float>(momentum_);
-  const float wd = static_cast<float>(a.weight_decay);
+  // The same element step as the multi-tensor fused_momentum_ (ops/amp_problem.h).
+  const ops::MomentumStep step{static_cast<float>(a.lr), static_cast<float>(momentum_),
+                               static_cast<float>(a.weight_decay), nesterov_};
   float* p = a.p;
   float* v = a.state[0];
-  const bool nesterov = nesterov_;
-  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, static_cast<float>(a.grad_scale), [=](int64_t i, float g) {
-    g += wd * p[i];
-    v[i] = m * v[i] + g;
-    p[i] -= nesterov ? lr * (g + m * v[i]) : lr * v[i];
-  });
+  fused_loop(this, p, a.g, a.grad_dtype, a.low, a.low_dtype, a.n, static_cast<float>(a.grad_scale),
+             [=](int64_t i, float g) { step(p[i], v[i], g); });
 }
 
 SGD::SGD(std::vector<Tensor> params, LearningRate lr, double wd)

@@ -1,8 +1,10 @@
 // Tensor views, strides, copies and element access, checked against hand-computed values.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <sstream>
 
+#include "mixprec/cuda_readback.h"
 #include "mixprec/mixprec.h"
 #include "test_util.h"
 
@@ -220,7 +222,34 @@ TEST(Allocator, CountsLiveAndPeakBytes) {
   EXPECT_GE(memory_stats().allocations, before.allocations + 2);
   reset_peak_memory();
   EXPECT_EQ(memory_stats().peak_bytes, before.live_bytes);
-  EXPECT_THROW(allocator_for(Device::cuda(0)), Error);
+  if (cuda::device_count() == 0) {
+    EXPECT_THROW(allocator_for(Device::cuda(0)), Error);
+  }
+}
+
+// Without the backend in the build, or without a GPU, every way onto a CUDA device throws one
+// clear error that says which is missing and what to do (never a crash).
+TEST(CudaDevice, WithoutAGpuEveryEntryPointSaysWhatIsMissing) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda covers this build";
+  const std::string missing = cuda::is_built() ? "no CUDA device is visible" : "no CUDA backend";
+  const std::string fix = cuda::is_built() ? "nvidia-smi" : "-DMIXPREC_CUDA=ON";
+  for (const auto& attempt : std::vector<std::function<void()>>{
+           [] { set_context({.device = Device::cuda()}); },
+           [] { (void)zeros({2, 3}, {.device = Device::cuda()}); },
+           [] { (void)ones({2}).to(Device::cuda()); },
+           [] { cuda::synchronize(); },
+           [] { cuda::Readback rb; }}) {
+    try {
+      attempt();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("cuda:0 is not available: "), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(missing), std::string::npos) << e.message();
+      EXPECT_NE(e.hint().find(fix), std::string::npos) << e.hint();
+      EXPECT_NE(e.hint().find("Device::cpu()"), std::string::npos) << e.hint();
+    }
+  }
+  EXPECT_TRUE(get_context().device.is_cpu());  // the failed set_context changed nothing
 }
 
 TEST(Error, CheckCarriesHintAndAssertSaysBug) {

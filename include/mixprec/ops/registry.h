@@ -35,6 +35,8 @@ enum class OpId : uint16_t {
   embedding, dropout,
   // losses
   softmax_cross_entropy, nll_loss, mse_loss,
+  // AMP's optimizer-side multi-tensor updates (ops/amp_foreach.cpp; never autograd nodes)
+  amp_unscale, amp_update_scale, fused_momentum,
   count_
 };
 // clang-format on
@@ -122,6 +124,9 @@ inline constexpr std::array<OpInfo, kNumOps> kOps{{
     {OpId::softmax_cross_entropy, "softmax_cross_entropy", AmpPolicy::to_fp32, 1, OpKind::compute},
     {OpId::nll_loss, "nll_loss", AmpPolicy::to_fp32, 1, OpKind::compute},
     {OpId::mse_loss, "mse_loss", AmpPolicy::to_fp32, 2, OpKind::compute},
+    {OpId::amp_unscale, "amp_unscale", AmpPolicy::keep, 0, OpKind::compute},
+    {OpId::amp_update_scale, "amp_update_scale", AmpPolicy::keep, 0, OpKind::compute},
+    {OpId::fused_momentum, "fused_momentum", AmpPolicy::keep, 0, OpKind::compute},
 }};
 
 consteval bool op_table_in_enum_order() {

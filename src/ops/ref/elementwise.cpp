@@ -48,13 +48,7 @@ template <class C, int N, class F> void run(const PointwiseProblem& p, const F& 
     }
     C v[N];
     for (size_t k = 0; k < N; ++k) v[k] = load_as<C>(p.in[k], off[k]);
-    C r;
-    if constexpr (N == 1)
-      r = f(v[0]);
-    else if constexpr (N == 2)
-      r = f(v[0], v[1]);
-    else
-      r = f(v[0], v[1], v[2]);
+    const C r = formulas::apply<N>(f, v);
     visit_float(p.out.dtype(),
                 [&]<class T>() { static_cast<T*>(p.out.data_ptr())[out_off] = store<T>(r); });
   }

@@ -5,6 +5,7 @@
 // Problems and their invariants: ops/<family>_problem.h.
 #pragma once
 
+#include "ops/amp_problem.h"
 #include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
@@ -65,5 +66,8 @@ void mse_bwd(const MseBwdProblem& p);
 // attention.cpp: the unfused composition of matmul and softmax above, all in compute_t.
 void attention_fwd(const AttentionFwdProblem& p);
 void attention_bwd(const AttentionBwdProblem& p);
+void amp_unscale(const AmpUnscaleProblem& p);
+void amp_update_scale(const AmpUpdateScaleProblem& p);
+void fused_momentum(const FusedMomentumProblem& p);
 
 }  // namespace mixprec::ops::ref

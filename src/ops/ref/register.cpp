@@ -33,6 +33,9 @@ void register_ref_kernels() {
   register_kernel<MseBwdProblem>({"ref", kCpu, accept_all, ref::mse_bwd});
   register_kernel<AttentionFwdProblem>({"ref", kCpu, accept_all, ref::attention_fwd});
   register_kernel<AttentionBwdProblem>({"ref", kCpu, accept_all, ref::attention_bwd});
+  register_kernel<AmpUnscaleProblem>({"ref", kCpu, accept_all, ref::amp_unscale});
+  register_kernel<AmpUpdateScaleProblem>({"ref", kCpu, accept_all, ref::amp_update_scale});
+  register_kernel<FusedMomentumProblem>({"ref", kCpu, accept_all, ref::fused_momentum});
 }
 
 }  // namespace mixprec::ops

@@ -1,0 +1,349 @@
+// The CUDA runtime of a -DMIXPREC_CUDA=ON build: device discovery and the clear errors when no
+// GPU can be used, one compute stream per device, the caching device allocator (size classes as
+// the CPU's; stream-ordered reuse, see core/cuda_stream.h), copies between devices, and pinned
+// staging. Host synchronisation happens only in copies to the host, synchronize(), and
+// empty_cache (before cudaFree).
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "cuda_stream.h"
+#include "mixprec/convert.h"
+#include "mixprec/cuda.h"
+#include "mixprec/cuda_readback.h"
+#include "mixprec/error.h"
+#include "strided_copy.h"
+#include "tensor_raw.h"
+
+namespace mixprec {
+namespace cuda_detail {
+
+void check(cudaError_t e, const char* call, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  detail::throw_error(SourceLocation::current(), false, call, "CUDA call ", call, " failed at ",
+                      file, ":", line, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+namespace {
+
+constexpr int kMaxCudaDevices = 8;  // allocator.cpp's counters hold cpu + 8 ordinals
+
+struct Discovery {
+  int count = 0;
+  cudaError_t error = cudaSuccess;
+};
+
+const Discovery& discovery() {
+  static const Discovery d = [] {
+    Discovery r;
+    r.error = cudaGetDeviceCount(&r.count);
+    if (r.error != cudaSuccess) {
+      r.count = 0;
+      (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    }
+    return r;
+  }();
+  return d;
+}
+
+// The caching allocator of one device. Blocks are cudaMalloc'ed once per size class and kept on
+// a free list when their storage dies; a later request of the same class takes one back. Safe
+// without events because every kernel touching the device's tensors runs on its one compute
+// stream: work queued before the free runs before work queued after the reuse.
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(Device device) : device_(device) {}
+  void* allocate(size_t nbytes) override {
+    const size_t cls = detail::size_class(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        detail::record_cached(device_, -static_cast<int64_t>(cls));
+        detail::record_alloc(device_, nbytes);
+        return p;
+      }
+    }
+    activate(device_);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, cls);
+    if (e == cudaErrorMemoryAllocation) {  // give the cache back and try once more
+      (void)cudaGetLastError();
+      empty();
+      e = cudaMalloc(&p, cls);
+    }
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      MIXPREC_CHECK(false, "cuda allocator: out of memory on ", device_.str(), ": ", nbytes,
+                    " bytes requested, ", memory_stats(device_).live_bytes, " bytes live",
+                    Hint{"use a smaller batch, or check memory_stats(Device::cuda()) for what is live"});
+    }
+    MIXPREC_CUDA_CHECK(e);
+    detail::record_system_alloc(device_);
+    detail::record_alloc(device_, nbytes);
+    return p;
+  }
+  void deallocate(void* ptr, size_t nbytes) override {
+    if (ptr == nullptr) return;
+    detail::record_free(device_, nbytes);
+    const size_t cls = detail::size_class(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[cls].push_back(ptr);
+    detail::record_cached(device_, static_cast<int64_t>(cls));
+  }
+  // Waits for the device (a cached block may still be read by queued work), then frees.
+  void empty() {
+    std::lock_guard<std::mutex> lock(mu_);
+    activate(device_);
+    MIXPREC_CUDA_CHECK(cudaStreamSynchronize(activate(device_)));
+    for (auto& [cls, blocks] : free_) {
+      for (void* p : blocks) MIXPREC_CUDA_CHECK(cudaFree(p));
+      detail::record_cached(device_, -static_cast<int64_t>(cls * blocks.size()));
+    }
+    free_.clear();
+  }
+  Device device() const override { return device_; }
+
+ private:
+  Device device_;
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+};
+
+struct DeviceState {
+  std::once_flag once;
+  cudaStream_t stream = nullptr;
+  CudaAllocator* allocator = nullptr;  // never destroyed: storages may outlive statics
+};
+
+DeviceState& state(Device device) {
+  cuda::check_device(device);
+  // Never destroyed: storages released by other statics at exit still reach their allocator.
+  static auto* const states = new std::array<DeviceState, kMaxCudaDevices>();
+  DeviceState& st = (*states)[static_cast<size_t>(device.index)];
+  std::call_once(st.once, [&] {
+    MIXPREC_CUDA_CHECK(cudaSetDevice(device.index));
+    MIXPREC_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+    st.allocator = new CudaAllocator(device);
+  });
+  return st;
+}
+
+}  // namespace
+
+cudaStream_t activate(Device device) {
+  DeviceState& st = state(device);
+  MIXPREC_CUDA_CHECK(cudaSetDevice(device.index));
+  return st.stream;
+}
+
+unsigned grid_for(int64_t n, unsigned threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 65535));
+}
+
+}  // namespace cuda_detail
+
+// ------------------------------------------------------------------ public queries
+
+namespace cuda {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}
+bool is_built() { return true; }
+void set_allow_tf32(bool on) { g_allow_tf32 = on; }
+bool allow_tf32() { return g_allow_tf32; }
+int device_count() { return cuda_detail::discovery().count; }
+
+void check_device(Device device) {
+  const auto& d = cuda_detail::discovery();
+  MIXPREC_CHECK(device.is_cuda(), "cuda: expected a CUDA device, got ", device.str());
+  MIXPREC_CHECK(d.count > 0, "device ", device.str(), " is not available: no CUDA device is visible (",
+                cudaGetErrorName(d.error), ": ", cudaGetErrorString(d.error), ")",
+                Hint{"run on a machine with an NVIDIA GPU and its driver (check nvidia-smi and "
+                     "CUDA_VISIBLE_DEVICES), or use Device::cpu()"});
+  MIXPREC_CHECK(device.index >= 0 && device.index < d.count && device.index < cuda_detail::kMaxCudaDevices,
+                "device ", device.str(), " is not available: ", d.count, " CUDA device(s) visible",
+                Hint{"use Device::cuda(i) with 0 <= i < " + std::to_string(d.count)});
+}
+
+std::string describe(Device device) {
+  check_device(device);
+  cudaDeviceProp prop{};
+  MIXPREC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
+  return std::string(prop.name) + ", compute capability " + std::to_string(prop.major) + "." +
+         std::to_string(prop.minor) + ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB";
+}
+
+void synchronize(Device device) {
+  MIXPREC_CUDA_CHECK(cudaStreamSynchronize(cuda_detail::activate(device)));
+}
+
+}  // namespace cuda
+
+// ------------------------------------------------------------------ core hooks
+
+namespace detail {
+
+Allocator& cuda_allocator(Device device) { return *cuda_detail::state(device).allocator; }
+
+void cuda_empty_cache(Device device) {
+  if (device.index < 0 || device.index >= cuda::device_count()) return;  // nothing was cached
+  cuda_detail::state(device).allocator->empty();
+}
+
+void cuda_copy(const Tensor& src, const Tensor& dst) {
+  if (src.numel() == 0) return;
+  if (src.device() == dst.device()) return cuda_detail::strided_copy_kernel(src, dst);
+  // Across devices: a packed copy in src's dtype crosses, then converts on dst's side.
+  const Tensor packed = src.is_contiguous() ? src : raw_copy(src, src.dtype());
+  const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype();
+  const Tensor landing =
+      direct ? dst : Tensor::empty(src.shape(), {.dtype = src.dtype(), .device = dst.device()});
+  if (src.device().is_cpu()) {  // host -> device: returns once the pageable source is staged
+    cudaStream_t s = cuda_detail::activate(dst.device());
+    MIXPREC_CUDA_CHECK(cudaMemcpyAsync(landing.data_ptr(), packed.data_ptr(), packed.nbytes(),
+                                       cudaMemcpyHostToDevice, s));
+  } else if (dst.device().is_cpu()) {  // device -> host: the host reads it next, so wait
+    cudaStream_t s = cuda_detail::activate(src.device());
+    MIXPREC_CUDA_CHECK(cudaMemcpyAsync(landing.data_ptr(), packed.data_ptr(), packed.nbytes(),
+                                       cudaMemcpyDeviceToHost, s));
+    MIXPREC_CUDA_CHECK(cudaStreamSynchronize(s));
+  } else {  // GPU to GPU: through the host (simple; not a hot path here)
+    const Tensor host = packed.to(Device::cpu());
+    strided_copy(host, landing);
+  }
+  if (!direct) strided_copy(landing, dst);
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------------ pinned staging
+
+namespace cuda {
+
+struct Staging::State {
+  Device device;
+  cudaStream_t copy_stream = nullptr;
+  struct Slot {
+    void* pinned = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;  // the slot's last host-to-device copy finished
+    bool used = false;
+  };
+  std::array<Slot, 2> slots;
+  int next = 0;
+  cudaEvent_t compute_ready = nullptr;
+};
+
+Staging::Staging(Device device) : state_(std::make_unique<State>()) {
+  state_->device = device;
+  cuda_detail::activate(device);
+  MIXPREC_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->copy_stream, cudaStreamNonBlocking));
+  MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&state_->compute_ready, cudaEventDisableTiming));
+  for (auto& slot : state_->slots)
+    MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+}
+
+Staging::~Staging() {
+  if (!state_) return;
+  (void)cudaSetDevice(state_->device.index);
+  (void)cudaStreamSynchronize(state_->copy_stream);  // no copy may still read a pinned buffer
+  for (auto& slot : state_->slots) {
+    if (slot.pinned) (void)cudaFreeHost(slot.pinned);
+    (void)cudaEventDestroy(slot.done);
+  }
+  (void)cudaEventDestroy(state_->compute_ready);
+  (void)cudaStreamDestroy(state_->copy_stream);
+}
+
+Tensor Staging::upload(const Tensor& host) {
+  MIXPREC_CHECK(host.device().is_cpu(), "Staging::upload: expected a CPU tensor, got one on ",
+                host.device().str());
+  State& st = *state_;
+  cudaStream_t compute = cuda_detail::activate(st.device);
+  State::Slot& slot = st.slots[static_cast<size_t>(st.next)];
+  st.next ^= 1;
+  // The copy issued from this slot two uploads ago must be done before it is overwritten.
+  if (slot.used) MIXPREC_CUDA_CHECK(cudaEventSynchronize(slot.done));
+  const size_t bytes = host.nbytes();
+  if (slot.bytes < bytes) {
+    if (slot.pinned) MIXPREC_CUDA_CHECK(cudaFreeHost(slot.pinned));
+    slot.pinned = nullptr;
+    MIXPREC_CUDA_CHECK(cudaMallocHost(&slot.pinned, bytes));
+    slot.bytes = bytes;
+  }
+  // Pack into the pinned buffer (a CPU tensor over borrowed memory is not needed: a packed
+  // copy, then one memcpy).
+  const Tensor packed = host.is_contiguous() ? host : detail::raw_copy(host, host.dtype());
+  std::memcpy(slot.pinned, packed.data_ptr(), bytes);
+  Tensor out = Tensor::empty(host.shape(), {.dtype = host.dtype(), .device = st.device});
+  // `out` may be a block freed by work still queued on the compute stream: the copy waits for it.
+  MIXPREC_CUDA_CHECK(cudaEventRecord(st.compute_ready, compute));
+  MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(st.copy_stream, st.compute_ready, 0));
+  MIXPREC_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), slot.pinned, bytes, cudaMemcpyHostToDevice,
+                                     st.copy_stream));
+  MIXPREC_CUDA_CHECK(cudaEventRecord(slot.done, st.copy_stream));
+  slot.used = true;
+  // Everything queued on the compute stream from now on sees the batch.
+  MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(compute, slot.done, 0));
+  return out;
+}
+
+// ------------------------------------------------------------------ asynchronous readback
+
+struct Readback::State {
+  Device device;
+  void* pinned = nullptr;  // 8 bytes: the widest dtype
+  cudaEvent_t done = nullptr;
+  DType dtype = DType::f32;
+  bool requested = false;
+};
+
+Readback::Readback(Device device) : state_(std::make_unique<State>()) {
+  state_->device = device;
+  cuda_detail::activate(device);
+  MIXPREC_CUDA_CHECK(cudaMallocHost(&state_->pinned, 8));
+  MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&state_->done, cudaEventDisableTiming));
+}
+
+Readback::~Readback() {
+  if (!state_) return;
+  (void)cudaEventSynchronize(state_->done);  // the copy may still write the pinned bytes
+  (void)cudaEventDestroy(state_->done);
+  (void)cudaFreeHost(state_->pinned);
+}
+
+void Readback::request(const Tensor& scalar) {
+  MIXPREC_CHECK(scalar.numel() == 1 && scalar.device() == state_->device,
+                "Readback::request: expected a one-element tensor on ", state_->device.str(),
+                ", got ", scalar.numel(), " elements on ", scalar.device().str());
+  cudaStream_t s = cuda_detail::activate(state_->device);
+  // An earlier copy into the same bytes is ordered before this one on the stream.
+  MIXPREC_CUDA_CHECK(cudaMemcpyAsync(state_->pinned, scalar.data_ptr(), scalar.itemsize(),
+                                     cudaMemcpyDeviceToHost, s));
+  MIXPREC_CUDA_CHECK(cudaEventRecord(state_->done, s));
+  state_->dtype = scalar.dtype();
+  state_->requested = true;
+}
+
+std::optional<double> Readback::poll() {
+  if (!state_->requested) return std::nullopt;
+  const cudaError_t e = cudaEventQuery(state_->done);
+  if (e == cudaErrorNotReady) return std::nullopt;
+  MIXPREC_CUDA_CHECK(e);
+  double v = 0;
+  convert_row(state_->pinned, state_->dtype, &v, DType::f64, 1);
+  return v;
+}
+
+}  // namespace cuda
+}  // namespace mixprec

@@ -1,0 +1,144 @@
+// CUDA kernels of the AMP multi-tensor family (ops/amp_problem.h), one launch each, reading the
+// flag and scale tensors on the device: nothing here waits for the GPU or reads it from the host.
+// The tensor lists travel as one small table of (pointer, start, count, dtype) rows per chunk,
+// uploaded with one host-to-device copy queued on the same stream.
+#include <vector>
+
+#include "core/cuda_dtype.cuh"
+#include "core/cuda_stream.h"
+#include "ops/amp_problem.h"
+#include "ops/cuda/kernels.h"
+
+namespace mixprec::ops::cuda {
+namespace {
+
+using cuda_detail::load_elem;
+using cuda_detail::store_elem;
+
+constexpr int64_t kChunk = 16384;  // elements per block
+constexpr unsigned kThreads = 256;
+
+// One chunk of one tensor (or of one parameter's tensors): its pointers, the chunk's first
+// element, the tensor's element count and the dtypes. Plain int64 fields so the table is one i64
+// tensor.
+struct ChunkRow {
+  int64_t ptr[4];  // unscale: grad. momentum: param, grad, velocity, working (0: none)
+  int64_t start, n, dtype0, dtype1;
+};
+static_assert(sizeof(ChunkRow) == 8 * sizeof(int64_t));
+
+// Splits each tensor into chunks of kChunk elements and uploads the rows (queued on the stream;
+// the pageable source is staged before cudaMemcpyAsync returns, so `rows` may die).
+Tensor upload_rows(const std::vector<ChunkRow>& rows, Device device) {
+  return Tensor::from_data(rows.data(), DType::i64, {static_cast<int64_t>(rows.size()) * 8},
+                           {.dtype = DType::i64, .device = device});
+}
+
+__device__ bool finite_bits(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+
+// Grid: one block of 256 threads per chunk row; threads take elements start + t, + 256, ... of
+// the chunk (coalesced). Each writes its gradient element scaled (one rounding into the dtype)
+// and, if any of its values is not finite, stores 1 into found_inf: every writer stores the
+// same value, so the race is benign and the flag ends 1 iff some element was not finite.
+__global__ void unscale_kernel(const ChunkRow* rows, float* found_inf, const float* inv_scale) {
+  const ChunkRow r = rows[blockIdx.x];
+  const float inv = *inv_scale;
+  const DType dt = static_cast<DType>(r.dtype0);
+  void* g = reinterpret_cast<void*>(r.ptr[0]);
+  const int64_t end = min(r.start + kChunk, r.n);
+  bool bad = false;
+  for (int64_t i = r.start + threadIdx.x; i < end; i += kThreads) {
+    const float v = load_elem<float>(g, dt, i) * inv;
+    bad = bad || !finite_bits(v);
+    store_elem<float>(g, dt, i, v);
+  }
+  if (bad) *found_inf = 1.0f;
+}
+
+// One thread: the scale update of AmpUpdateScaleProblem, all in f32 on the device.
+__global__ void update_scale_kernel(float* scale, int32_t* tracker, const float* found_inf,
+                                    float growth, float backoff, float min_scale,
+                                    int64_t interval) {
+  if (*found_inf != 0.0f) {
+    *scale = fmaxf(*scale * backoff, min_scale);
+    *tracker = 0;
+    return;
+  }
+  const int64_t successful = int64_t{*tracker} + 1;
+  if (successful >= interval) {
+    const float grown = *scale * growth;
+    if (isfinite(grown)) *scale = grown;
+    *tracker = 0;
+  } else {
+    *tracker = static_cast<int32_t>(successful);
+  }
+}
+
+// Grid: one block of 256 threads per chunk row, threads striding the chunk (coalesced). Every
+// thread reads found_inf first and returns when it is set, so a skipped step writes nothing.
+// Invariant: each element of params/velocity/working belongs to exactly one chunk and thread.
+__global__ void momentum_kernel(const ChunkRow* rows, const float* found_inf,
+                                const float* inv_scale, MomentumStep step) {
+  if (found_inf && *found_inf != 0.0f) return;
+  const ChunkRow r = rows[blockIdx.x];
+  const float inv = inv_scale ? *inv_scale : 1.0f;
+  float* p = reinterpret_cast<float*>(r.ptr[0]);
+  const void* g = reinterpret_cast<const void*>(r.ptr[1]);
+  float* v = reinterpret_cast<float*>(r.ptr[2]);
+  void* low = reinterpret_cast<void*>(r.ptr[3]);
+  const DType gdt = static_cast<DType>(r.dtype0), ldt = static_cast<DType>(r.dtype1);
+  const int64_t end = min(r.start + kChunk, r.n);
+  for (int64_t i = r.start + threadIdx.x; i < end; i += kThreads) {
+    step(p[i], v[i], load_elem<float>(g, gdt, i) * inv);
+    if (low) store_elem<float>(low, ldt, i, p[i]);
+  }
+}
+
+int64_t as_int(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+}  // namespace
+
+void amp_unscale(const AmpUnscaleProblem& p) {
+  std::vector<ChunkRow> rows;
+  for (const Tensor& g : p.grads)
+    for (int64_t s = 0; s < g.numel(); s += kChunk)
+      rows.push_back({{as_int(g.data_ptr()), 0, 0, 0}, s, g.numel(), int64_t(g.dtype()), 0});
+  if (rows.empty()) return;
+  cudaStream_t st = cuda_detail::activate(p.device());
+  const Tensor table = upload_rows(rows, p.device());
+  unscale_kernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
+      static_cast<const ChunkRow*>(table.data_ptr()), p.found_inf.data<float>(),
+      p.inv_scale.data<float>());
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void amp_update_scale(const AmpUpdateScaleProblem& p) {
+  cudaStream_t st = cuda_detail::activate(p.device());
+  update_scale_kernel<<<1, 1, 0, st>>>(
+      p.scale.data<float>(), p.growth_tracker.data<int32_t>(), p.found_inf.data<float>(),
+      static_cast<float>(p.growth_factor), static_cast<float>(p.backoff_factor),
+      static_cast<float>(p.min_scale), p.growth_interval);
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void fused_momentum(const FusedMomentumProblem& p) {
+  std::vector<ChunkRow> rows;
+  for (size_t t = 0; t < p.params.size(); ++t) {
+    const int64_t n = p.params[t].numel();
+    const Tensor* low = p.working.empty() ? nullptr : &p.working[t];
+    for (int64_t s = 0; s < n; s += kChunk)
+      rows.push_back({{as_int(p.params[t].data_ptr()), as_int(p.grads[t].data_ptr()),
+                       as_int(p.velocity[t].data_ptr()), low ? as_int(low->data_ptr()) : 0},
+                      s, n, int64_t(p.grads[t].dtype()), low ? int64_t(low->dtype()) : 0});
+  }
+  if (rows.empty()) return;
+  cudaStream_t st = cuda_detail::activate(p.device());
+  const Tensor table = upload_rows(rows, p.device());
+  momentum_kernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
+      static_cast<const ChunkRow*>(table.data_ptr()),
+      p.found_inf.defined() ? p.found_inf.data<float>() : nullptr,
+      p.inv_scale.defined() ? p.inv_scale.data<float>() : nullptr, p.step);
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+}  // namespace mixprec::ops::cuda
