@@ -47,6 +47,8 @@ void record_alloc(Device device, size_t nbytes);
 void record_free(Device device, size_t nbytes);
 void record_system_alloc(Device device);
 void record_cached(Device device, int64_t delta_bytes);
+// Raises the peak to at least `bytes` (restores a peak after a measurement reset it).
+void raise_peak(Device device, int64_t bytes);
 }  // namespace detail
 
 }  // namespace mixprec

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "capture.h"
 #include "mixprec/convert.h"
 
 namespace mixprec::detail {
@@ -88,7 +89,7 @@ void copy_run(const char* s, DType sdt, int64_t s_stride, char* d, DType ddt, in
 
 }  // namespace
 
-void strided_copy(const Tensor& src, const Tensor& dst) {
+static void strided_copy_now(const Tensor& src, const Tensor& dst) {
   MIXPREC_ASSERT(src.shape() == dst.shape(), "strided_copy shapes ", shape_str(src.shape()),
                  " vs ", shape_str(dst.shape()));
   MIXPREC_CHECK(src.device() == dst.device(), "copy: expected tensors on the same device, got ",
@@ -129,6 +130,11 @@ void strided_copy(const Tensor& src, const Tensor& dst) {
   }
 #pragma omp parallel for schedule(static) if (numel >= (1 << 16) && outer > 1)
   for (int64_t o = 0; o < outer; ++o) do_outer(o);
+}
+
+// While a step is captured (core/capture.h), the copy is recorded for replay.
+void strided_copy(const Tensor& src, const Tensor& dst) {
+  run_kernel([src, dst] { strided_copy_now(src, dst); });
 }
 
 }  // namespace mixprec::detail
