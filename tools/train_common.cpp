@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "mixprec/context.h"
 #include "mixprec/error.h"
 
 namespace mixprec::cli {
@@ -77,6 +78,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& s, std::ve
 
 dataset::Dataset standard_pipeline(dataset::Dataset ds) {
   return ds.map(dataset::transforms::rescale(1.0 / 255.0, 0.0)).map(dataset::transforms::normalize(0.2860, 0.3530));
+}
+
+void set_mode(const std::string& mode) {
+  ContextOptions c = get_context();
+  c.mode = parse_mode(mode);
+  set_context(c);
 }
 
 int set_threads(int threads) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cli_error.h"
+#include "mixprec/context.h"
 #include "mixprec/data/text.h"
 #include "mixprec/error.h"
 
@@ -142,6 +143,7 @@ void validate(const TrainArgs& a) {
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
                 "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
   with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
+  with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
   (void)parse_low_dtype(a.dtype);
   (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,

@@ -28,6 +28,7 @@ struct TrainArgs {
   int64_t accumulation_steps = 1; // micro-batches per update (TrainStepOptions::accumulation_steps)
   uint64_t seed = 1;
   int threads = 0;
+  std::string mode = "pynative";  // execution mode: pynative (eager) | graph (set_context)
   std::string amp_level = "O2";
   std::string dtype = "bf16";
   std::string keep_bn = "default";
