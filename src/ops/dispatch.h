@@ -97,7 +97,9 @@ std::string desc_with_strides(const Tensor& t);
 // call, so every replay writes into the buffer that the recorded backward reads (the kernels
 // reuse a workspace they are handed back).
 template <class Problem> void record_call(const Problem& p, void (*run)(const Problem&)) {
-  if constexpr (requires { { p.workspace } -> std::convertible_to<const Tensor*>; }) {
+  if constexpr (requires {
+                  { p.workspace } -> std::convertible_to<const Tensor*>;
+                }) {
     if (p.workspace != nullptr) {
       auto owned = std::make_shared<Tensor>();
       Problem q = p;

@@ -40,7 +40,8 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
   Tensor ws;
   if (p.workspace) {  // a replayed call (GRAPH_MODE) hands back the workspace it made before
     const Shape s{g.n, g.oh, g.ow, C};
-    const bool reuse = p.workspace->defined() && p.workspace->shape() == s && p.workspace->dtype() == DType::u8;
+    const bool reuse =
+        p.workspace->defined() && p.workspace->shape() == s && p.workspace->dtype() == DType::u8;
     ws = reuse ? *p.workspace : Tensor::empty(s, {.dtype = DType::u8, .device = p.x.device()});
   }
   uint8_t* wb = ws.defined() ? ws.data<uint8_t>() : nullptr;
