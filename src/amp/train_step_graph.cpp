@@ -108,8 +108,10 @@ std::vector<Tensor> TrainOneStepCell::graph_forward_backward(const Tensor& data,
       e->label.copy_(label);
       e->seed.fill_(scale);
     }
-    e->plan->replay();
     AmpCounters& c = amp_counters();
+    const AmpCounters before = c;
+    e->plan->replay();
+    c = before;  // what the replayed kernels counted again is replaced by what the capture counted
     c.casts += e->counters.casts;
     c.cast_bytes += e->counters.cast_bytes;
     c.flops += e->counters.flops;
