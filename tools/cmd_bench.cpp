@@ -189,7 +189,6 @@ int run_bench(const BenchArgs& a) {
     input = Tensor();
     activation = memory_stats().live_bytes - before;
   }
-  const int64_t live_before = memory_stats().live_bytes;
   reset_peak_memory();
   for (int64_t i = 0; i < a.steps; ++i)
     for (Runner& r : runners) r.run(x, y, true);

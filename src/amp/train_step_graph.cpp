@@ -11,6 +11,7 @@
 #include "mixprec/amp/amp.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/context.h"
+#include "mixprec/nn/config_generation.h"
 #include "mixprec/rng.h"
 #include "ops/dispatch.h"
 
@@ -59,9 +60,11 @@ struct StepGraphs {
 
 namespace {
 
+// The inputs' shapes and dtypes, and the generation of the cells' configuration (a to_float, such
+// as OverflowGuard's promotion, or a new AMP level makes older plans stale).
 std::string step_key(const Tensor& data, const Tensor& label) {
   std::ostringstream k;
-  k << dtype_name(data.dtype()) << shape_str(data.shape()) << ' ' << dtype_name(label.dtype())
+  k << 'g' << nn::config_generation() << ' ' << dtype_name(data.dtype()) << shape_str(data.shape()) << ' ' << dtype_name(label.dtype())
     << shape_str(label.shape());
   return k.str();
 }

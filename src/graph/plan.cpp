@@ -137,8 +137,8 @@ void Plan::plan_memory() {
   Recorder& r = *rec_;
   // Which kernels hold each tensor: copying one kernel's work raises the use count of exactly the
   // tensors it captured. What the plan does not explain is held outside it.
-  std::vector<std::pair<const TensorImpl*, long>> base;
-  for (auto& [key, impl] : r.impls) base.emplace_back(key, impl.use_count());
+  std::unordered_map<const TensorImpl*, long> base;
+  for (auto& [key, impl] : r.impls) base.emplace(key, impl.use_count());
   std::unordered_map<const TensorImpl*, std::pair<int64_t, int64_t>> span;  // kernels holding it
   std::unordered_map<const TensorImpl*, long> plan_refs;
   for (size_t k = 0; k < kernels_.size(); ++k) {
@@ -161,8 +161,7 @@ void Plan::plan_memory() {
     int64_t first = u.first, last = u.last, refs = 0;
     for (const TensorImpl* v : vs) {
       const long held = plan_refs.count(v) ? plan_refs[v] : 0;
-      const long count = std::find_if(base.begin(), base.end(), [&](auto& b) { return b.first == v; })->second;
-      internal = internal && count == 1 + held;  // the recorder's reference + the kernels'
+      internal = internal && base[v] == 1 + held;  // the recorder's reference + the kernels'
       refs += held;
       if (held > 0) {
         first = first < 0 ? span[v].first : std::min(first, span[v].first);

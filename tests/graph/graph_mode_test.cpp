@@ -114,6 +114,7 @@ TEST_P(GraphModeZoo, SixStepsBitwiseEqualToEagerAtO0O2Bf16O2F16WithSkippedSteps)
 
 TEST_P(GraphModeZoo, SlowTwentyStepsBitwiseEqualToEager) {
   for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 20, {4 * small_batch(GetParam())});
+  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, 0x1p127}, 20, {4 * small_batch(GetParam())});
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, GraphModeZoo, ::testing::ValuesIn(nn::model_names()),
@@ -131,6 +132,34 @@ TEST(GraphMode, ANewInputShapeCapturesAgainAndStaysBitwiseEqual) {
   EXPECT_EQ(graph.info.captures, 2);  // one per batch size
   EXPECT_EQ(graph.info.eager_steps, 2);
   EXPECT_EQ(graph.info.replays, 6);
+}
+
+// Promoting a cell to fp32 mid-run (what OverflowGuard's promote does) must not replay a plan
+// captured before: the new configuration captures again, and the run stays equal to eager.
+TEST(GraphMode, ToFloatMidRunCapturesAgainAndStaysBitwiseEqual) {
+  auto run = [](Mode mode) {
+    set_context({.mode = mode});
+    manual_seed(0);
+    auto net = nn::make_model("lenet");
+    nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+    optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
+    auto step = amp::build_train_network(*net, opt, loss_fn, "O2", {.cast_model_type = DType::bf16});
+    for (int i = 0; i < 8; ++i) {
+      if (i == 4) net->to_float(DType::f32);
+      auto [x, y] = batch_for("lenet", 4, i);
+      (void)(*step)(x, y);
+    }
+    std::vector<std::vector<uint32_t>> w;
+    for (const Tensor& p : net->trainable_params()) w.push_back(bits(p));
+    const amp::GraphModeInfo info = step->graph_mode_info();
+    set_context({});
+    return std::pair{w, info};
+  };
+  const auto eager = run(Mode::pynative).first;
+  const auto [graph, info] = run(Mode::graph);
+  EXPECT_EQ(info.captures, 2);
+  EXPECT_EQ(info.replays, 4);
+  EXPECT_EQ(graph, eager);
 }
 
 // A cell whose construct reads a tensor value on the host: not capturable.
