@@ -113,8 +113,8 @@ TEST_P(GraphModeZoo, SixStepsBitwiseEqualToEagerAtO0O2Bf16O2F16WithSkippedSteps)
 }
 
 TEST_P(GraphModeZoo, SlowTwentyStepsBitwiseEqualToEager) {
-  for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 20, {4 * small_batch(GetParam())});
-  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, 0x1p127}, 20, {4 * small_batch(GetParam())});
+  for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 20, {2 * small_batch(GetParam())});
+  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, 0x1p127}, 20, {2 * small_batch(GetParam())});
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, GraphModeZoo, ::testing::ValuesIn(nn::model_names()),
