@@ -3,6 +3,8 @@
 // reads it against the machine: the GEMM rate and the memory bandwidth are measured on the
 // spot, and floor = GEMM/conv FLOPs / GEMM rate + bytes moved / bandwidth. Writes JSON with
 // --report. Steps use SGD with momentum and the level's default loss scaling, as in training.
+// --mode both times a pynative and a graph-mode copy of the same network, step for step
+// alternately, so that their ratio comes from one run on a noisy machine.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,7 +17,9 @@
 #include "commands.h"
 #include "mixprec/allocator.h"
 #include "mixprec/amp/amp.h"
+#include "mixprec/context.h"
 #include "mixprec/cpu_features.h"
+#include "mixprec/graph/plan.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
@@ -94,11 +98,56 @@ std::pair<Tensor, Tensor> synthetic_batch(const std::string& model, int64_t batc
 }
 
 struct BenchArgs {
-  std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", report;
+  std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", mode = "pynative", report;
   int64_t batch_size = 0, steps = 20, warmup = 5;
   int threads = 0;
   std::string device = "cpu";
 };
+
+// One network trained in one execution mode, and what its timed steps measured.
+struct Runner {
+  Mode mode = Mode::pynative;
+  std::shared_ptr<nn::Cell> net;
+  std::unique_ptr<nn::SoftmaxCrossEntropyWithLogits> loss_fn;
+  std::unique_ptr<optim::Momentum> opt;
+  std::shared_ptr<amp::TrainOneStepCell> step;
+  std::vector<double> ms;
+  int64_t transient = 0;  // the most live bytes one timed step added
+
+  double median() const {
+    std::vector<double> v = ms;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  double min() const { return *std::min_element(ms.begin(), ms.end()); }
+  // One step in this runner's mode; timed (and its memory measured) when `timed`.
+  void run(const Tensor& x, const Tensor& y, bool timed) {
+    ContextOptions c = get_context();
+    c.mode = mode;
+    set_context(c);
+    const auto t = clock_type::now();
+    if (!timed) {
+      (void)(*step)(x, y);
+      return;
+    }
+    transient = std::max(transient, graph::measure_peak([&] { (void)(*step)(x, y); }));
+    ms.push_back(1e3 * seconds_since(t));
+  }
+};
+
+Runner make_runner(const BenchArgs& a, Mode mode) {
+  Runner r;
+  r.mode = mode;
+  manual_seed(0);
+  r.net = nn::make_model(a.model);
+  r.loss_fn = std::make_unique<nn::SoftmaxCrossEntropyWithLogits>(
+      nn::SoftmaxCrossEntropyOptions{.sparse = true, .reduction = nn::Reduction::mean});
+  r.opt = std::make_unique<optim::Momentum>(r.net->trainable_params(), 0.01, 0.9);
+  amp::BuildOptions bo{.cast_model_type = parse_low_dtype(a.dtype)};
+  if (auto m = parse_loss_scale(a.loss_scale)) bo.loss_scale_manager = *m;
+  r.step = amp::build_train_network(*r.net, *r.opt, *r.loss_fn, a.amp_level, bo);
+  return r;
+}
 
 int run_bench(const BenchArgs& a) {
   as_usage_error([&] {
@@ -108,6 +157,7 @@ int run_bench(const BenchArgs& a) {
     with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
     (void)parse_low_dtype(a.dtype);
     (void)parse_loss_scale(a.loss_scale);
+    if (a.mode != "both") with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
   });
   use_device(a.device);
   const int threads = set_threads(a.threads);
@@ -115,13 +165,15 @@ int run_bench(const BenchArgs& a) {
   const DType low = parse_low_dtype(a.dtype);
   const int64_t batch = a.batch_size > 0 ? a.batch_size : nn::default_batch_size(a.model);
   check_writable(a.report, "--report");
-  manual_seed(0);
-  auto net = nn::make_model(a.model);
-  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
-  optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
-  amp::BuildOptions bo{.cast_model_type = low};
-  if (auto m = parse_loss_scale(a.loss_scale)) bo.loss_scale_manager = *m;
-  auto step = amp::build_train_network(*net, opt, loss_fn, a.amp_level, bo);
+  std::vector<Runner> runners;
+  if (a.mode == "both") {
+    runners.push_back(make_runner(a, Mode::pynative));
+    runners.push_back(make_runner(a, Mode::graph));
+  } else {
+    runners.push_back(make_runner(a, parse_mode(a.mode)));
+  }
+  nn::Cell* net = runners.front().net.get();
+  amp::TrainOneStepCell* step = runners.front().step.get();
   const auto [x, y] = synthetic_batch(a.model, batch);
 
   // FLOPs of one step from the op trace of a forward pass: each GEMM-like op runs forward,
@@ -142,7 +194,9 @@ int run_bench(const BenchArgs& a) {
   // so it is measured before and after the timed steps and the better figure is the floor's.
   const double gflops_before = measure_gemm_gflops(gemm_dtype);
 
-  for (int64_t i = 0; i < a.warmup; ++i) (void)(*step)(x, y);
+  // Graph mode needs two untimed steps (a key's first runs eagerly, its second is captured).
+  for (int64_t i = 0; i < std::max<int64_t>(a.warmup, 2); ++i)
+    for (Runner& r : runners) r.run(x, y, false);
   // Activation memory: what the forward pass keeps alive for backward (the graph's saved
   // tensors and outputs), measured as live bytes with the graph held minus live bytes before.
   // The input batch is a fresh copy the caller then drops, so it counts exactly when the graph
@@ -156,20 +210,10 @@ int run_bench(const BenchArgs& a) {
     input = Tensor();
     activation = memory_stats().live_bytes - before;
   }
-  const int64_t live_before = memory_stats().live_bytes;
   reset_peak_memory();
-  std::vector<double> ms;
-  for (int64_t i = 0; i < a.steps; ++i) {
-    const auto t = clock_type::now();
-    (void)(*step)(x, y);
-    ms.push_back(1e3 * seconds_since(t));
-  }
+  for (int64_t i = 0; i < a.steps; ++i)
+    for (Runner& r : runners) r.run(x, y, true);
   const int64_t peak = memory_stats().peak_bytes;
-  const int64_t step_transient = peak - live_before;
-  std::vector<double> sorted = ms;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  const double min = sorted.front();
 
   const double gflops = std::max(gflops_before, measure_gemm_gflops(gemm_dtype));
   const double bw = measure_bandwidth_gbs();
@@ -181,38 +225,75 @@ int run_bench(const BenchArgs& a) {
   const double wbytes = static_cast<double>(param_count) * (low_weights ? 2 * 2 + 4 * 2 + 8 + 8 + 2 : 4 * 2 + 4 * 2 + 8 + 8);
   const double bytes = wbytes + 4.0 * static_cast<double>(std::max<int64_t>(activation, 0));
   const double floor_ms = 1e3 * (static_cast<double>(flops) / (gflops * 1e9) + bytes / (bw * 1e9));
-  std::printf("%s %s/%s batch %lld: step median %.2f ms (min %.2f), %.0f samples/s; floor %.2f ms "
-              "(%.2f GFLOP at %.0f GFLOP/s + %.1f MB at %.1f GB/s), efficiency %.2f; peak %.1f MB, "
-              "activations %.1f MB; %d threads\n",
-              a.model.c_str(), std::string(amp_level_name(level)).c_str(), level == AmpLevel::O0 ? "f32" : a.dtype.c_str(),
-              static_cast<long long>(batch), median, min, 1e3 * static_cast<double>(batch) / median, floor_ms,
-              static_cast<double>(flops) / 1e9, gflops, bytes / 1e6, bw, floor_ms / median,
-              static_cast<double>(peak) / 1e6, static_cast<double>(activation) / 1e6, threads);
+  const char* dt = level == AmpLevel::O0 ? "f32" : a.dtype.c_str();
+  for (const Runner& r : runners) {
+    const double median = r.median();
+    std::printf("%s %s/%s batch %lld, %s mode: step median %.2f ms (min %.2f), %.0f samples/s; floor %.2f ms "
+                "(%.2f GFLOP at %.0f GFLOP/s + %.1f MB at %.1f GB/s), efficiency %.2f; peak %.1f MB, step adds %.1f MB, "
+                "activations %.1f MB; %d threads\n",
+                a.model.c_str(), std::string(amp_level_name(level)).c_str(), dt, static_cast<long long>(batch),
+                mode_name(r.mode), median, r.min(), 1e3 * static_cast<double>(batch) / median, floor_ms,
+                static_cast<double>(flops) / 1e9, gflops, bytes / 1e6, bw, floor_ms / median,
+                static_cast<double>(peak) / 1e6, static_cast<double>(r.transient) / 1e6,
+                static_cast<double>(activation) / 1e6, threads);
+    if (r.mode == Mode::graph) {
+      const amp::GraphModeInfo& g = r.step->graph_mode_info();
+      if (g.replays > 0)
+        std::printf("  graph: %lld kernels replayed; arena %.1f MB for %lld intermediates (%.1f MB one buffer each), "
+                    "eager step peak %.1f MB\n",
+                    static_cast<long long>(g.plan.kernels), static_cast<double>(g.plan.arena_bytes) / 1e6,
+                    static_cast<long long>(g.plan.planned_buffers), static_cast<double>(g.plan.unplanned_bytes) / 1e6,
+                    static_cast<double>(g.plan.eager_peak_bytes) / 1e6);
+      else
+        std::printf("  graph: not replayed (%s)\n", g.fallback.c_str());
+    }
+  }
+  if (runners.size() == 2)
+    std::printf("graph vs pynative: %.2fx the speed (median step %.2f vs %.2f ms, alternated in this run)\n",
+                runners[0].median() / runners[1].median(), runners[1].median(), runners[0].median());
   if (!a.report.empty()) {
+    auto timings = [&](const Runner& r, nlohmann::json& j) {
+      const double median = r.median();
+      j["mode"] = mode_name(r.mode);
+      j["step_ms_median"] = median;
+      j["step_ms_min"] = r.min();
+      j["step_ms_all"] = r.ms;
+      j["samples_per_second"] = 1e3 * static_cast<double>(batch) / median;
+      j["step_transient_bytes"] = r.transient;
+      j["efficiency"] = floor_ms / median;
+      j["skipped_steps"] = r.step->skipped_steps();
+      if (r.mode == Mode::graph) {
+        const amp::GraphModeInfo& g = r.step->graph_mode_info();
+        j["graph"] = {{"replays", g.replays}, {"captures", g.captures}, {"eager_steps", g.eager_steps},
+                      {"fallback", g.fallback}, {"kernels", g.plan.kernels}, {"arena_bytes", g.plan.arena_bytes},
+                      {"planned_buffers", g.plan.planned_buffers}, {"unplanned_bytes", g.plan.unplanned_bytes},
+                      {"held_bytes", g.plan.held_bytes}, {"eager_peak_bytes", g.plan.eager_peak_bytes}};
+      }
+    };
     nlohmann::json j;
     j["model"] = a.model;
     j["amp_level"] = std::string(amp_level_name(level));
-    j["dtype"] = level == AmpLevel::O0 ? "f32" : a.dtype;
+    j["dtype"] = dt;
     j["batch"] = batch;
     j["steps"] = a.steps;
-    j["step_ms_median"] = median;
-    j["step_ms_min"] = min;
-    j["step_ms_all"] = ms;
-    j["samples_per_second"] = 1e3 * static_cast<double>(batch) / median;
+    timings(runners.front(), j);  // --mode both: the pynative run here, the graph run under "graph_run"
     j["peak_memory_bytes"] = peak;
     j["activation_memory_bytes"] = activation;
-    j["step_transient_bytes"] = step_transient;
     j["flops_per_step"] = flops;
     j["bytes_per_step_estimate"] = bytes;
     j["gemm_gflops_measured"] = gflops;
     j["gemm_dtype"] = std::string(dtype_name(gemm_dtype));
     j["bandwidth_gbs_measured"] = bw;
     j["floor_ms"] = floor_ms;
-    j["efficiency"] = floor_ms / median;
     j["threads"] = threads;
-    j["skipped_steps"] = step->skipped_steps();
     j["cpu_features"] = describe(cpu_features());
     j["mixprec_version"] = MIXPREC_VERSION;
+    if (runners.size() == 2) {
+      nlohmann::json g;
+      timings(runners[1], g);
+      j["graph_run"] = g;
+      j["graph_speedup"] = runners[0].median() / runners[1].median();
+    }
     write_file_replacing(a.report, j.dump(2) + "\n", "--report");
   }
   return 0;
@@ -232,6 +313,10 @@ Command register_bench(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
+  cmd->add_option("--mode", a->mode,
+                  "pynative (eager) | graph (captured step, replayed) | both (the two alternated step by step, "
+                  "with their ratio)")
+      ->capture_default_str();
   cmd->add_option("--report", a->report, "Write JSON here");
   return {cmd, [a] { return run_bench(*a); }};
 }

@@ -246,6 +246,7 @@ Setup parse(const TrainArgs& args) {
   if (s.par.rank == 0)
     for (const OutputPath& o : output_paths(s.a)) check_writable(o.path, o.flag, o.stream_ok);
   s.threads = set_threads(parallel_threads(s.a, s.par));
+  set_mode(s.a.mode);
   s.settings = trajectory_settings(s.a, s.threads);
   if (!s.a.resume.empty()) check_same_settings(io::read_safetensors_metadata(s.a.resume), s.settings, s.a.resume);
   return s;
@@ -441,6 +442,10 @@ Command register_train(CLI::App& app) {
                              "", "NonNegative"));
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)")->capture_default_str();
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
+  cmd->add_option("--mode", a->mode,
+                  "pynative (eager, each op as it comes) | graph (capture the train step once per input shape, "
+                  "replay it with planned memory; bitwise equal)")
+      ->capture_default_str();
   cmd->add_option("--amp-level", a->amp_level,
                   "O0 (fp32) | O1 (white list low) | O2 (all but black list low, fp32 BatchNorm) | O3 (all low) | auto")
       ->capture_default_str();

@@ -81,6 +81,12 @@ dataset::Dataset standard_pipeline(dataset::Dataset ds) {
   return ds.map(dataset::transforms::rescale(1.0 / 255.0, 0.0)).map(dataset::transforms::normalize(0.2860, 0.3530));
 }
 
+void set_mode(const std::string& mode) {
+  ContextOptions c = get_context();
+  c.mode = parse_mode(mode);
+  set_context(c);
+}
+
 int set_threads(int threads) {
   MIXPREC_CHECK(threads >= 0, "--threads must be >= 0, got ", threads);
   if (threads > 0) omp_set_num_threads(threads);

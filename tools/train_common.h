@@ -35,6 +35,8 @@ dataset::Dataset standard_pipeline(dataset::Dataset ds);
 
 // --threads: sets OpenMP's thread count (0 keeps the default); returns the count in use.
 int set_threads(int threads);
+// Sets the execution mode (--mode: pynative | graph) in the context, keeping the rest.
+void set_mode(const std::string& mode);
 
 // --device for train, eval and bench: "cpu" (the default), "cuda" or "cuda:N".
 inline constexpr const char* kDeviceHelp =

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cli_error.h"
+#include "mixprec/context.h"
 #include "mixprec/data/text.h"
 #include "mixprec/error.h"
 
@@ -152,6 +153,7 @@ void validate(const TrainArgs& a) {
   for (const std::string& name : split_list(a.white_list.empty() ? a.black_list : a.white_list))
     MIXPREC_CHECK(!name.empty(), list_flag, ": expected comma-separated op or cell names, got an empty name in '",
                   a.white_list.empty() ? a.black_list : a.white_list, "'");
+  with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
   (void)parse_low_dtype(a.dtype);
   (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,

@@ -29,6 +29,7 @@ struct TrainArgs {
   uint64_t seed = 1;
   int threads = 0;
   std::string device = "cpu";  // --device (train_common.h, use_device)
+  std::string mode = "pynative";  // execution mode: pynative (eager) | graph (set_context)
   std::string amp_level = "O2";
   bool amp_level_given = false;   // --amp-level was on the command line (a custom list replaces it)
   // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.

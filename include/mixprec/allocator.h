@@ -50,6 +50,8 @@ void record_cached(Device device, int64_t delta_bytes);
 // The block size a request of n bytes is served with (both caching allocators): n rounded up to
 // 64 bytes below 4 KiB, else to a quarter of its power of two.
 size_t size_class(size_t n);
+// Raises the peak to at least `bytes` (restores a peak after a measurement reset it).
+void raise_peak(Device device, int64_t bytes);
 }  // namespace detail
 
 }  // namespace mixprec

@@ -35,9 +35,13 @@ class Storage {
   // Bumped by every in-place write through any tensor on this storage.
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
+  // GRAPH_MODE memory planning (src/graph): frees this storage's own block and points it at
+  // `data`, inside an arena that the caller owns and keeps alive longer than this storage.
+  void rebind_to_arena(void* data);
 
  private:
   Storage(void* data, size_t nbytes, Device device);
+  bool owned_ = true;
   void* data_;
   size_t nbytes_;
   Device device_;

@@ -3,7 +3,7 @@
 // common.initializer, zoo) and registers them in sys.modules so that `from
 // mixprec.train.loss_scale_manager import FixedLossScaleManager` works; maps mixprec::Error to
 // mixprec.Error (message and hint kept); binds the dtypes, set_context / get_context and set_seed.
-// GRAPH_MODE is accepted and runs eagerly (the C++ context has no mode yet; docs/python.md).
+// GRAPH_MODE sets the C++ context's Mode::graph (train steps captured and replayed; docs/python.md).
 #include "binding.h"
 
 #include "mixprec/version.h"
@@ -12,7 +12,6 @@ namespace mixprec::python {
 namespace {
 
 constexpr int kGraphMode = 0, kPynativeMode = 1;  // MindSpore's values
-int g_mode = kPynativeMode;
 
 py::module_ submodule(py::module_& parent, const char* name, const char* doc) {
   py::module_ sub = parent.def_submodule(name, doc);
@@ -68,13 +67,13 @@ void py_set_context(std::optional<int> mode, std::optional<std::string> device_t
                     Hint{"use device_target=\"CPU\""});
   }
   if (runtime_num_threads) options.threads = *runtime_num_threads;
+  if (mode) options.mode = *mode == kGraphMode ? Mode::graph : Mode::pynative;
   mixprec::set_context(options);  // refuses GPU in a CPU-only build, naming what it has
-  if (mode) g_mode = *mode;
 }
 
 py::object py_get_context(const std::string& key) {
   const ContextOptions& c = mixprec::get_context();
-  if (key == "mode") return py::int_(g_mode);
+  if (key == "mode") return py::int_(c.mode == Mode::graph ? kGraphMode : kPynativeMode);
   if (key == "device_target") return py::str(c.device.is_cpu() ? "CPU" : "GPU");
   if (key == "device_id") return py::int_(c.device.index);
   if (key == "runtime_num_threads") return py::int_(c.threads);
@@ -114,7 +113,8 @@ PYBIND11_MODULE(mixprec, root) {
   root.attr("PYNATIVE_MODE") = kPynativeMode;
   root.def("set_context", &py_set_context, py::kw_only(), "mode"_a = py::none(), "device_target"_a = py::none(),
            "device_id"_a = py::none(), "runtime_num_threads"_a = py::none(),
-           "MindSpore's set_context. Both modes are accepted and run eagerly; device_target is \"CPU\".");
+           "MindSpore's set_context. GRAPH_MODE captures each train step once and replays it (bitwise equal to "
+           "PYNATIVE_MODE); device_target is \"CPU\".");
   root.def("get_context", &py_get_context, "attr_key"_a);
   m.config.def("set_seed", [](uint64_t seed) { g_dataset_seed = seed; }, "seed"_a);
   m.config.def("get_seed", [] { return g_dataset_seed; });

@@ -11,6 +11,7 @@
 #include "mixprec/amp/amp.h"
 #include "mixprec/amp/level.h"
 #include "mixprec/error.h"
+#include "mixprec/nn/config_generation.h"
 #include "ops/cast_cache.h"
 
 namespace mixprec {
@@ -90,6 +91,7 @@ void auto_mixed_precision(nn::Cell& network, Level level, DType dtype, std::opti
   check_low(dtype, "auto_mixed_precision");
   if (level == Level::O0 || dtype == DType::f32) {
     network.set_amp_config(std::nullopt);
+    nn::bump_config_generation();
     return;
   }
   nn::AmpConfig config;
@@ -98,6 +100,7 @@ void auto_mixed_precision(nn::Cell& network, Level level, DType dtype, std::opti
   config.state.cache = config.cache.get();
   config.cast_output_to_fp32 = level != Level::auto_;
   network.set_amp_config(std::move(config));
+  nn::bump_config_generation();
 }
 
 void auto_mixed_precision(nn::Cell& network, std::string_view level, DType dtype) {
@@ -181,6 +184,7 @@ void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType d
     }
   }
   network.set_amp_config(std::move(config));
+  nn::bump_config_generation();
 }
 
 }  // namespace amp

@@ -111,6 +111,11 @@ void agree_across_ranks(nn::DistributedGradReducer& reducer, bool& finite, bool&
 
 }  // namespace
 
+void detail::check_scalar_loss(const Tensor& loss) {
+  MIXPREC_CHECK(loss.numel() == 1, "train step: the loss must be a scalar, got shape ", shape_str(loss.shape()),
+                Hint{"use a reduction (mean or sum) in the loss function"});
+}
+
 TrainOneStepCell::TrainOneStepCell(nn::Cell& net, optim::Optimizer& opt, Ref<LossScaleManager> manager,
                                    TrainStepOptions options)
     : network_(net), optimizer_(opt), manager_(std::move(manager)), options_(options) {
@@ -145,8 +150,7 @@ std::vector<Tensor> TrainOneStepCell::forward_backward(const Tensor& data, const
                                                        double* loss_value, nn::DistributedGradReducer* reducer) {
   const std::vector<Tensor>& params = optimizer_.parameters();
   Tensor loss = network_(data, label);
-  MIXPREC_CHECK(loss.numel() == 1, "train step: the loss must be a scalar, got shape ", shape_str(loss.shape()),
-                Hint{"use a reduction (mean or sum) in the loss function"});
+  detail::check_scalar_loss(loss);
   if (loss_value) *loss_value = loss.item();
   const Tensor scaled = scale != 1.0 ? ops::mul(loss, scale) : loss;
   if (!reducer) return run_backward({scaled}, {Tensor()}, {.capture = &params});
@@ -253,7 +257,8 @@ Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
   const bool boundary = micro_ + 1 >= options_.accumulation_steps;
   nn::DistributedGradReducer* reducer = boundary ? reducer_.get() : nullptr;
   if (reducer) reducer->begin();
-  std::vector<Tensor> grads = forward_backward(data, label, scale, &loss_value, reducer);
+  std::vector<Tensor> grads = graph_mode_applies(reducer) ? graph_forward_backward(data, label, scale, &loss_value)
+                                                           : forward_backward(data, label, scale, &loss_value, reducer);
 
   // Gradient accumulation: sum the (still scaled) micro-batch gradients (the reducer already
   // added the earlier ones to the last).

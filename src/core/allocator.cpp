@@ -149,6 +149,12 @@ void record_free(Device device, size_t nbytes) {
 }
 void record_system_alloc(Device device) { counters(device).system_allocations.fetch_add(1); }
 void record_cached(Device device, int64_t delta) { counters(device).cached.fetch_add(delta); }
+void raise_peak(Device device, int64_t bytes) {
+  Counters& c = counters(device);
+  int64_t peak = c.peak.load();
+  while (bytes > peak && !c.peak.compare_exchange_weak(peak, bytes)) {
+  }
+}
 }  // namespace detail
 
 Allocator& allocator_for(Device device) {

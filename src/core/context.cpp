@@ -3,6 +3,8 @@
 
 #include <omp.h>
 
+#include <string>
+
 #include "mixprec/cuda.h"
 #include "mixprec/error.h"
 
@@ -20,5 +22,14 @@ void set_context(const ContextOptions& options) {
 }
 
 const ContextOptions& get_context() { return g_context; }
+
+const char* mode_name(Mode mode) { return mode == Mode::graph ? "graph" : "pynative"; }
+
+Mode parse_mode(std::string_view name) {
+  if (name == "graph") return Mode::graph;
+  MIXPREC_CHECK(name == "pynative", "unknown execution mode '", std::string(name), "'",
+                Hint{"the modes are pynative (eager, the default) and graph"});
+  return Mode::pynative;
+}
 
 }  // namespace mixprec

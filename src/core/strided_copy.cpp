@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuda_runtime.h"
+#include "capture.h"
 #include "mixprec/convert.h"
 
 namespace mixprec::detail {
@@ -84,7 +85,7 @@ void copy_run(const char* s, DType sdt, int64_t s_stride, char* d, DType ddt, in
 
 }  // namespace
 
-void strided_copy(const Tensor& src, const Tensor& dst) {
+static void strided_copy_now(const Tensor& src, const Tensor& dst) {
   MIXPREC_ASSERT(src.shape() == dst.shape(), "strided_copy shapes ", shape_str(src.shape()),
                  " vs ", shape_str(dst.shape()));
   if (!src.device().is_cpu() || !dst.device().is_cpu()) {
@@ -127,6 +128,11 @@ void strided_copy(const Tensor& src, const Tensor& dst) {
   }
 #pragma omp parallel for schedule(static) if (numel >= (1 << 16) && outer > 1)
   for (int64_t o = 0; o < outer; ++o) do_outer(o);
+}
+
+// While a step is captured (core/capture.h), the copy is recorded for replay.
+void strided_copy(const Tensor& src, const Tensor& dst) {
+  run_kernel([src, dst] { strided_copy_now(src, dst); });
 }
 
 }  // namespace mixprec::detail

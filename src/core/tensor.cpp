@@ -17,6 +17,7 @@
 #include "strided_copy.h"
 #include "tensor_raw.h"
 #include "graph.h"
+#include "capture.h"
 
 namespace mixprec {
 
@@ -32,7 +33,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   return std::shared_ptr<Storage>(new Storage(p, nbytes, device));
 }
 
-Storage::~Storage() { allocator_for(device_).deallocate(data_, nbytes_); }
+Storage::~Storage() {
+  if (owned_) allocator_for(device_).deallocate(data_, nbytes_);
+}
+
+void Storage::rebind_to_arena(void* data) {
+  if (owned_) allocator_for(device_).deallocate(data_, nbytes_);
+  owned_ = false;
+  data_ = data;
+}
 
 // ------------------------------------------------------------------ construction
 
@@ -132,6 +141,7 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
 }
 void* Tensor::data_ptr() const {
   check_defined("data_ptr");
+  if (detail::CaptureRecorder* r = detail::capture_recorder()) r->touch(impl_, detail::capture_depth() > 0);
   return static_cast<char*>(impl_->storage->data()) +
          impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
 }
@@ -342,7 +352,7 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
 }
 Tensor zeros(const Shape& shape, TensorOptions options) {
   Tensor t = Tensor::empty(shape, options);
-  if (options.device.is_cpu()) std::memset(t.data_ptr(), 0, t.nbytes());
+  if (options.device.is_cpu()) detail::run_kernel([t] { std::memset(t.data_ptr(), 0, t.nbytes()); });
   else t.fill_(0.0);
   return t;
 }

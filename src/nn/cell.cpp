@@ -2,9 +2,11 @@
 // (cell path for provenance; AMP configuration or to_float) around construct().
 #include "mixprec/nn/cell.h"
 
+#include <atomic>
 #include <set>
 
 #include "mixprec/error.h"
+#include "mixprec/nn/config_generation.h"
 #include "ops/cast_cache.h"
 #include "mixprec/ops/ops.h"
 
@@ -144,7 +146,15 @@ std::vector<std::pair<std::string, Cell*>> Cell::cells_and_names() {
   return out;
 }
 
+namespace {
+std::atomic<uint64_t> g_config_generation{0};
+}
+
+uint64_t config_generation() { return g_config_generation.load(); }
+void bump_config_generation() { g_config_generation.fetch_add(1); }
+
 Cell& Cell::set_train(bool mode) {
+  if (training_ != mode) bump_config_generation();
   training_ = mode;
   for (auto& [n, c] : children_) c->set_train(mode);
   return *this;
@@ -154,6 +164,7 @@ Cell& Cell::to_float(DType dtype) {
   MIXPREC_CHECK(is_floating(dtype), type_name(), ".to_float: expected a floating dtype, got ",
                 dtype_name(dtype));
   float_dtype_ = dtype;
+  bump_config_generation();
   return *this;
 }
 

@@ -7,13 +7,16 @@
 // logs and errors); for low_via_f32, static inputs() / outputs() (ops/low_via_f32.h).
 #pragma once
 
+#include <concepts>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <typeinfo>
 #include <vector>
 
+#include "core/capture.h"
 #include "mixprec/device.h"
 #include "mixprec/error.h"
 #include "mixprec/ops/registry.h"
@@ -89,6 +92,26 @@ double profile_now();
 std::string desc(const Tensor& t);
 std::string desc_with_strides(const Tensor& t);
 
+// GRAPH_MODE capture (core/capture.h): runs the kernel and records the call. A problem that hands
+// a tensor back through a pointer (PoolFwdProblem::workspace) gets a tensor owned by the recorded
+// call, so every replay writes into the buffer that the recorded backward reads (the kernels
+// reuse a workspace they are handed back).
+template <class Problem> void record_call(const Problem& p, void (*run)(const Problem&)) {
+  if constexpr (requires {
+                  { p.workspace } -> std::convertible_to<const Tensor*>;
+                }) {
+    if (p.workspace != nullptr) {
+      auto owned = std::make_shared<Tensor>();
+      Problem q = p;
+      q.workspace = owned.get();
+      mixprec::detail::run_kernel([q, owned, run] { run(q); });
+      *p.workspace = *owned;
+      return;
+    }
+  }
+  mixprec::detail::run_kernel([p, run] { run(p); });
+}
+
 // Runs the first kernel registered for Problem that accepts p (see the top of this file).
 template <class Problem> void dispatch(OpId op, std::string_view phase, const Problem& p) {
   const std::span<const Impl<Problem>> impls = kernels<Problem>();
@@ -110,7 +133,9 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
       reason = impl.declines(p);
     if (reason.empty()) {
       if (verbose) log_dispatch(op, phase, impl.name, p.describe(), declined);
-      if (profiling()) {
+      if (mixprec::detail::capture_recorder() != nullptr) {  // GRAPH_MODE capture: record the call
+        record_call(p, impl.run);
+      } else if (profiling()) {
         const double t0 = profile_now();
         impl.run(p);
         profile_add(op_name(op), phase, impl.name, profile_now() - t0);

@@ -31,10 +31,13 @@ Tensor checked_indices(const Tensor& indices, int64_t num) {
                 Hint{"cast the indices with astype(DType::i64)"});
   Tensor idx = packed(indices, DType::i64).reshape({indices.numel()});
   if (idx.storage() == indices.storage()) idx = idx.clone();  // the node keeps its own copy
-  const int64_t* p = idx.data<int64_t>();
-  for (int64_t i = 0; i < idx.numel(); ++i)
-    MIXPREC_CHECK(p[i] >= 0 && p[i] < num, "embedding: index ", p[i], " (at flat position ", i,
-                  ") is out of range for ", num, " embeddings (valid: 0..", num - 1, ")");
+  // A kernel of its own, so that a captured step (core/capture.h) checks every batch's indices.
+  mixprec::detail::run_kernel([idx, num] {
+    const int64_t* p = idx.data<int64_t>();
+    for (int64_t i = 0; i < idx.numel(); ++i)
+      MIXPREC_CHECK(p[i] >= 0 && p[i] < num, "embedding: index ", p[i], " (at flat position ", i,
+                    ") is out of range for ", num, " embeddings (valid: 0..", num - 1, ")");
+  });
   return idx;
 }
 

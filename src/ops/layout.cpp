@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/capture.h"
 #include "core/strided_copy.h"
 #include "mixprec/convert.h"
 
@@ -91,7 +92,9 @@ Tensor widen_to_f32(const Tensor& t) {
 
 void round_into(const Tensor& src, const Tensor& dst) {
   if (src.strides() == dst.strides() && fills_its_span(src))
-    convert_row(src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), src.numel());
+    mixprec::detail::run_kernel([src, dst] {
+      convert_row(src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), src.numel());
+    });
   else
     mixprec::detail::strided_copy(src, dst);
 }

@@ -33,11 +33,14 @@ Tensor class_labels(std::string_view op, const Tensor& labels, int64_t n, int64_
   MIXPREC_CHECK(labels.shape() == Shape{n}, op, ": expected labels of shape [", n,
                 "] (one class index per row), got ", desc(labels));
   const Tensor lab = packed(labels, DType::i64);
-  const int64_t* l = lab.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    MIXPREC_CHECK(l[i] >= 0 && l[i] < classes, op, ": label ", l[i], " at index ", i,
-                  " is out of range [0, ", classes, ")",
-                  Hint{"labels must be class indices 0..C-1, with C the size of the last layer"});
+  // A kernel of its own, so that a captured step (core/capture.h) checks every batch's labels.
+  mixprec::detail::run_kernel([lab, n, classes, name = std::string(op)] {
+    const int64_t* l = lab.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      MIXPREC_CHECK(l[i] >= 0 && l[i] < classes, name, ": label ", l[i], " at index ", i,
+                    " is out of range [0, ", classes, ")",
+                    Hint{"labels must be class indices 0..C-1, with C the size of the last layer"});
+  });
   return lab;
 }
 
@@ -49,9 +52,14 @@ void check_rows(std::string_view op, const Tensor& t, const char* what) {
 // none: the per-element losses; mean / sum: a scalar, summed in index order.
 Tensor reduce_loss(const Tensor& per, Reduction r) {
   if (r == Reduction::none) return per;
-  double s = ordered_sum(per);
-  if (r == Reduction::mean) s /= static_cast<double>(per.numel());
-  return full({}, s, {.dtype = per.dtype(), .device = per.device()});
+  Tensor out = Tensor::empty({}, {.dtype = per.dtype(), .device = per.device()});
+  // A kernel of its own (a captured step replays it), writing through a view without history.
+  mixprec::detail::run_kernel([per, o = out.detach(), r]() mutable {
+    double s = ordered_sum(per);
+    if (r == Reduction::mean) s /= static_cast<double>(per.numel());
+    o.fill_(s);
+  });
+  return out;
 }
 
 double reduction_factor(Reduction r, int64_t n) {

@@ -251,7 +251,7 @@ void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b
   dispatch(op, phase, p);
 }
 
-void sum_rows(const Tensor& g, Tensor& out) {
+static void sum_rows_now(const Tensor& g, const Tensor& out) {
   MIXPREC_ASSERT(g.dim() == 2 && out.dim() == 1 && out.size(0) == g.size(1) && out.is_contiguous(),
                  "sum_rows: expected g [R, C] and a contiguous out [C]");
   const int64_t R = g.size(0), C = g.size(1);
@@ -274,6 +274,10 @@ void sum_rows(const Tensor& g, Tensor& out) {
       convert_row(acc, adt, ob + static_cast<size_t>(c0) * out.itemsize(), out.dtype(), n);
     }
   });
+}
+
+void sum_rows(const Tensor& g, Tensor& out) {
+  mixprec::detail::run_kernel([g, out] { sum_rows_now(g, out); });
 }
 
 }  // namespace mixprec::ops

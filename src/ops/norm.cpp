@@ -52,12 +52,19 @@ bool is_dense(const Tensor& x) {
 }
 
 // running = momentum * running + (1 - momentum) * factor * batch, in place, without grad.
-void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
+void update_running_now(Tensor& running, const Tensor& batch, double momentum, double factor) {
   NoGradGuard no_grad;
   const std::vector<double> r = running.to_vector<double>(), b = batch.to_vector<double>();
   std::vector<double> next(r.size());
   for (size_t c = 0; c < r.size(); ++c) next[c] = momentum * r[c] + (1 - momentum) * factor * b[c];
   running.copy_(Tensor::from_vector<double>(next, running.shape()));
+}
+
+// Recorded as one kernel while a step is captured (core/capture.h): the host loop reads values.
+void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
+  mixprec::detail::run_kernel([running, batch, momentum, factor]() mutable {
+    update_running_now(running, batch, momentum, factor);
+  });
 }
 
 void check_running(const Tensor& t, int64_t channels, const Tensor& x, const char* what) {

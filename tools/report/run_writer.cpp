@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "../output_file.h"
+#include "mixprec/context.h"
 #include "mixprec/cpu_features.h"
 #include "mixprec/version.h"
 
@@ -62,6 +63,12 @@ json precision_json(const std::vector<amp::PrecisionRow>& rows) {
 void add_results(json& j, const TrainArgs& a, const RunResult& r) {
   const cli::History& h = r.history;
   j["epochs"] = a.epochs;
+  j["mode"] = a.mode;
+  const amp::GraphModeInfo& g = r.step.graph_mode_info();
+  if (parse_mode(a.mode) == Mode::graph)
+    j["graph_mode"] = {{"captures", g.captures}, {"replays", g.replays}, {"eager_steps", g.eager_steps},
+                       {"fallback", g.fallback}, {"kernels", g.plan.kernels}, {"arena_bytes", g.plan.arena_bytes},
+                       {"eager_peak_bytes", g.plan.eager_peak_bytes}};
   j["steps"] = h.total_steps;
   j["steps_this_run"] = h.steps_this_run;
   j["resumed_at_step"] = r.resumed_at >= 0 ? json(r.resumed_at) : json(nullptr);

@@ -15,6 +15,7 @@
 #include "mixprec/amp/level.h"
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/comm/collectives.h"
+#include "mixprec/graph/plan.h"
 #include "mixprec/nn/cell.h"
 #include "mixprec/nn/distributed.h"
 #include "mixprec/ops/autocast.h"
@@ -96,6 +97,21 @@ struct TrainStepOptions {
   int64_t grad_stats_every = 0; // > 0: gradient statistics every N steps
 };
 
+// What GRAPH_MODE did with a train step's calls (set_context({.mode = Mode::graph})).
+struct GraphModeInfo {
+  int64_t eager_steps = 0;  // run eagerly: a key's first step, fallbacks, pynative mode
+  int64_t captures = 0;     // a key's second step: run eagerly while recorded
+  int64_t replays = 0;      // run from a plan
+  std::string fallback;     // why the last step that could not be captured was not ("" if none)
+  graph::PlanStats plan{};  // the last plan made
+};
+
+namespace detail {
+struct StepGraphs;    // the cell's plans by key (src/amp/train_step_graph.cpp)
+struct CapturedStep;  // one key's plan
+void check_scalar_loss(const Tensor& loss);  // throws unless the loss has one element
+}
+
 // network_with_loss(data, label) -> scalar loss; one call = one micro-batch.
 // In data-parallel mode (is_data_parallel() when it is built) the cell reduces the gradients with
 // an nn::DistributedGradReducer whose all-reduces start during backward (at the last micro-batch
@@ -133,8 +149,17 @@ class TrainOneStepCell : public nn::Cell {
   // Compares rank_check_entries() across the ranks; throws comm::RankMismatchError naming the
   // first value that differs. `when` names the moment ("step 20"). Collective.
   void check_ranks(const std::string& when) const;
+  // GRAPH_MODE: what the step's calls did so far (all zero in pynative mode).
+  const GraphModeInfo& graph_mode_info() const;
 
  private:
+  // GRAPH_MODE (src/amp/train_step_graph.cpp): forward and backward from a plan keyed by the
+  // inputs' shapes and dtypes; a key's first step runs eagerly, its second is captured.
+  bool graph_mode_applies(const nn::DistributedGradReducer* reducer);
+  std::vector<Tensor> graph_forward_backward(const Tensor& data, const Tensor& label, double scale,
+                                             double* loss_value);
+  std::vector<Tensor> capture_step(detail::CapturedStep& entry, const Tensor& data, const Tensor& label,
+                                   double scale, double* loss_value);
   std::vector<Tensor> forward_backward(const Tensor& data, const Tensor& label, double scale, double* loss_value,
                                        nn::DistributedGradReducer* reducer = nullptr);
   void agree_on_event(std::optional<NonFiniteEvent>& event) const;
@@ -156,6 +181,7 @@ class TrainOneStepCell : public nn::Cell {
   int64_t skipped_ = 0;
   StepInfo last_;
   std::vector<std::shared_ptr<nn::Cell>> owned_;
+  std::shared_ptr<detail::StepGraphs> graphs_;
 };
 
 struct BuildOptions {

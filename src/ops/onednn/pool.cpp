@@ -126,7 +126,10 @@ void pool_fwd(const PoolFwdProblem& p) {
                                        {DNNL_ARG_DST, mem(e->pd.dst_desc(), p.y.data_ptr())}};
   if (training) {
     const memory::desc ws = e->pd.workspace_desc();
-    *p.workspace = Tensor::empty({static_cast<int64_t>(ws.get_size())}, {.dtype = DType::u8});
+    const Shape s{static_cast<int64_t>(ws.get_size())};
+    // A replayed call (GRAPH_MODE) hands back the workspace it made before.
+    if (!p.workspace->defined() || p.workspace->shape() != s || p.workspace->dtype() != DType::u8)
+      *p.workspace = Tensor::empty(s, {.dtype = DType::u8});
     args[DNNL_ARG_WORKSPACE] = mem(ws, p.workspace->data_ptr());
   }
   execute(e->prim, args);

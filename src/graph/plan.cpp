@@ -1,0 +1,200 @@
+// Capture, memory planning and replay of a graph::Plan (mixprec/graph/plan.h). Capture installs
+// a recorder (core/capture.h) for one eager run: every kernel's work is kept, every data_ptr()
+// is noted. Planning finds the intermediates (made during the run, held by nothing but the
+// recorded kernels), gives each the span of kernels that hold it, and places them in one arena,
+// largest first, in the best-fitting gap among the buffers whose spans overlap.
+#include "mixprec/graph/plan.h"
+
+#include <execinfo.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <unordered_map>
+
+#include "core/capture.h"
+#include "mixprec/allocator.h"
+#include "mixprec/error.h"
+
+namespace mixprec::graph {
+
+struct Plan::Recorder final : detail::CaptureRecorder {
+  struct StorageUse {
+    std::shared_ptr<Storage> storage;
+    bool host_written = false;    // written outside a kernel while new: a constant, kept apart
+    bool kernel_touched = false;
+    int64_t first = -1, last = -1;  // kernels that touched it through data_ptr()
+  };
+  std::vector<std::function<void()>>* kernels = nullptr;
+  std::unordered_map<const TensorImpl*, std::shared_ptr<TensorImpl>> impls;
+  std::unordered_map<const Storage*, StorageUse> storages;
+  uint64_t first_id = 0;  // storages with this id or above were made during the capture
+  std::string failure;
+
+  void record(std::function<void()> work) override { kernels->push_back(std::move(work)); }
+
+  void touch(const std::shared_ptr<TensorImpl>& t, bool in_kernel) override {
+    impls.try_emplace(t.get(), t);
+    StorageUse& u = storages[t->storage.get()];
+    if (!u.storage) u.storage = t->storage;
+    if (in_kernel) {
+      const auto k = static_cast<int64_t>(kernels->size());
+      if (u.first < 0) u.first = k;
+      u.last = k;
+      u.kernel_touched = true;
+      return;
+    }
+    if (u.storage->id() >= first_id && !u.kernel_touched) {
+      u.host_written = true;
+      return;
+    }
+    fail("a host read of a tensor value (" + std::string(dtype_name(t->dtype)) + shape_str(t->shape) +
+         ") inside the step");
+  }
+
+  void fail(std::string reason) override {
+    if (!failure.empty()) return;
+    failure = std::move(reason);
+    if (std::getenv("MIXPREC_GRAPH_DEBUG")) {  // where the capture failed, for developers
+      void* frames[32];
+      backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+    }
+  }
+};
+
+Plan::~Plan() = default;
+
+std::unique_ptr<Plan> Plan::capture(const std::function<void()>& fn, std::string* why_not) {
+  MIXPREC_CHECK(detail::capture_recorder() == nullptr, "graph capture: a capture is already running on this thread");
+  std::unique_ptr<Plan> plan(new Plan());
+  auto rec = std::make_unique<Recorder>();
+  rec->kernels = &plan->kernels_;
+  rec->first_id = Storage::allocate(0, Device::cpu())->id() + 1;
+  detail::capture_recorder() = rec.get();
+  try {
+    fn();
+  } catch (...) {
+    detail::capture_recorder() = nullptr;
+    throw;
+  }
+  detail::capture_recorder() = nullptr;
+  plan->stats_.kernels = static_cast<int64_t>(plan->kernels_.size());
+  if (!rec->failure.empty()) {
+    if (why_not) *why_not = rec->failure;
+    return nullptr;
+  }
+  plan->rec_ = std::move(rec);
+  return plan;
+}
+
+void Plan::replay() const {
+  for (const std::function<void()>& k : kernels_) k();
+}
+
+namespace {
+
+struct Buffer {
+  Storage* storage;
+  int64_t bytes, first, last, offset = 0;
+};
+
+int64_t align_up(int64_t n) {
+  const auto a = static_cast<int64_t>(kAllocAlignment);
+  return (n + a - 1) / a * a;
+}
+
+// Offsets for buffers with lifetimes [first, last]: largest first, each in the smallest gap
+// that fits among the placed buffers alive at the same time. Returns the arena size.
+int64_t assign_offsets(std::vector<Buffer>& buffers) {
+  std::sort(buffers.begin(), buffers.end(), [](const Buffer& a, const Buffer& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
+  });
+  int64_t total = 0;
+  std::vector<const Buffer*> placed;
+  for (Buffer& b : buffers) {
+    std::vector<std::pair<int64_t, int64_t>> busy;  // [offset, end) of overlapping buffers
+    for (const Buffer* p : placed)
+      if (p->first <= b.last && b.first <= p->last) busy.emplace_back(p->offset, p->offset + p->bytes);
+    std::sort(busy.begin(), busy.end());
+    int64_t best = -1, best_gap = INT64_MAX, at = 0;
+    for (auto [lo, hi] : busy) {
+      if (lo - at >= b.bytes && lo - at < best_gap) {
+        best = at;
+        best_gap = lo - at;
+      }
+      at = std::max(at, align_up(hi));
+    }
+    b.offset = best >= 0 ? best : at;
+    total = std::max(total, b.offset + b.bytes);
+    placed.push_back(&b);
+  }
+  return total;
+}
+
+}  // namespace
+
+void Plan::plan_memory() {
+  if (!rec_) return;
+  Recorder& r = *rec_;
+  // Which kernels hold each tensor: copying one kernel's work raises the use count of exactly the
+  // tensors it captured. What the plan does not explain is held outside it.
+  std::unordered_map<const TensorImpl*, long> base;
+  for (auto& [key, impl] : r.impls) base.emplace(key, impl.use_count());
+  std::unordered_map<const TensorImpl*, std::pair<int64_t, int64_t>> span;  // kernels holding it
+  std::unordered_map<const TensorImpl*, long> plan_refs;
+  for (size_t k = 0; k < kernels_.size(); ++k) {
+    const std::function<void()> copy = kernels_[k];
+    for (auto& [key, count] : base) {
+      const long extra = r.impls[key].use_count() - count;
+      if (extra <= 0) continue;
+      plan_refs[key] += extra;
+      auto [it, fresh] = span.try_emplace(key, static_cast<int64_t>(k), static_cast<int64_t>(k));
+      if (!fresh) it->second.second = static_cast<int64_t>(k);
+    }
+  }
+  std::unordered_map<const Storage*, std::vector<const TensorImpl*>> views;
+  for (auto& [key, count] : base) views[r.impls[key]->storage.get()].push_back(key);
+  std::vector<Buffer> buffers;
+  for (auto& [key, u] : r.storages) {
+    if (u.storage->id() < r.first_id || !u.storage->device().is_cpu()) continue;
+    const std::vector<const TensorImpl*>& vs = views[key];
+    bool internal = !u.host_written && u.storage.use_count() == static_cast<long>(vs.size()) + 1;
+    int64_t first = u.first, last = u.last, refs = 0;
+    for (const TensorImpl* v : vs) {
+      const long held = plan_refs.count(v) ? plan_refs[v] : 0;
+      internal = internal && base[v] == 1 + held;  // the recorder's reference + the kernels'
+      refs += held;
+      if (held > 0) {
+        first = first < 0 ? span[v].first : std::min(first, span[v].first);
+        last = std::max(last, span[v].second);
+      }
+    }
+    if (refs > 0 && !internal) stats_.held_bytes += static_cast<int64_t>(u.storage->nbytes());
+    if (!internal || refs == 0 || first < 0) continue;
+    buffers.push_back(Buffer{u.storage.get(), align_up(static_cast<int64_t>(u.storage->nbytes())), first, last});
+  }
+  const int64_t total = assign_offsets(buffers);
+  if (total > 0) {
+    arena_ = Storage::allocate(static_cast<size_t>(total), Device::cpu());
+    for (const Buffer& b : buffers) b.storage->rebind_to_arena(static_cast<char*>(arena_->data()) + b.offset);
+  }
+  stats_.planned_buffers = static_cast<int64_t>(buffers.size());
+  stats_.arena_bytes = total;
+  for (const Buffer& b : buffers) stats_.unplanned_bytes += b.bytes;
+  rec_.reset();
+}
+
+int64_t measure_peak(const std::function<void()>& fn) {
+  const MemoryStats before = memory_stats();
+  reset_peak_memory();
+  try {
+    fn();
+  } catch (...) {
+    detail::raise_peak(Device::cpu(), before.peak_bytes);
+    throw;
+  }
+  const int64_t peak = memory_stats().peak_bytes;
+  detail::raise_peak(Device::cpu(), before.peak_bytes);
+  return peak - before.live_bytes;
+}
+
+}  // namespace mixprec::graph

@@ -1,0 +1,228 @@
+// GRAPH_MODE against eager (pynative): every zoo model at O0, O2-bf16 and O2-f16 with dynamic
+// loss scaling trains N steps both ways and must end with bitwise-identical weights, buffers
+// (BatchNorm statistics), optimizer state, per-step losses, loss scales and skip decisions; the
+// initial scale is chosen so that the first steps overflow and are skipped, and the window is
+// short so that the scale also grows. The graph runs must really replay (not fall back).
+// Plus: a new input shape captures again, a host read falls back with a reason, and a plan
+// replays on new input values without allocating.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "mixprec/amp/amp.h"
+#include "mixprec/graph/plan.h"
+#include "mixprec/mixprec.h"
+#include "mixprec/nn/zoo.h"
+#include "op_test_util.h"
+
+namespace mixprec {
+namespace {
+
+struct Config {
+  const char* level;
+  DType low;
+  double init_scale;  // large enough that the first steps overflow
+};
+
+struct Trace {
+  std::vector<std::vector<uint32_t>> tensors;  // weights, buffers, optimizer state, as f32 bits
+  std::vector<uint64_t> losses, scales;       // as f64 bits
+  std::vector<bool> skipped;
+  amp::GraphModeInfo info;
+};
+
+std::vector<uint32_t> bits(const Tensor& t) {
+  std::vector<uint32_t> out;
+  for (float v : t.to_vector<float>()) out.push_back(std::bit_cast<uint32_t>(v));
+  return out;
+}
+
+// The inputs of step i: images (or byte tokens for gpt-tiny) and class labels, seeded by i.
+std::pair<Tensor, Tensor> batch_for(const std::string& model, int64_t batch, int64_t i) {
+  Generator g(100 + static_cast<uint64_t>(i));
+  if (nn::is_language_model(model)) {
+    const int64_t len = 16;
+    std::vector<int32_t> tok(static_cast<size_t>(batch * len)), lab(tok.size());
+    for (size_t k = 0; k < tok.size(); ++k) {
+      tok[k] = static_cast<int32_t>(g.next_u64() % 256);
+      lab[k] = static_cast<int32_t>(g.next_u64() % 256);
+    }
+    return {Tensor::from_vector(tok, {batch, len}), Tensor::from_vector(lab, {batch, len})};
+  }
+  std::vector<int32_t> lab(static_cast<size_t>(batch));
+  for (size_t k = 0; k < lab.size(); ++k) lab[k] = static_cast<int32_t>(g.next_u64() % 10);
+  return {randn({batch, 1, 28, 28}, g), Tensor::from_vector(lab, {batch})};
+}
+
+Trace train(const std::string& model, const Config& c, Mode mode, int steps, std::vector<int64_t> batches) {
+  set_context({.mode = mode});
+  manual_seed(0);
+  auto net = nn::make_model(model);
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
+  auto manager = std::make_shared<amp::DynamicLossScaleManager>(c.init_scale, 2.0, 2);
+  auto step = amp::build_train_network(*net, opt, loss_fn, c.level,
+                                       {.cast_model_type = c.low, .loss_scale_manager = manager});
+  Trace t;
+  for (int i = 0; i < steps; ++i) {
+    auto [x, y] = batch_for(model, batches[static_cast<size_t>(i) % batches.size()], i);
+    (void)(*step)(x, y);
+    const amp::StepInfo& s = step->last_step();
+    t.losses.push_back(std::bit_cast<uint64_t>(s.loss));
+    t.scales.push_back(std::bit_cast<uint64_t>(s.loss_scale));
+    t.skipped.push_back(s.skipped);
+  }
+  for (const Tensor& p : net->trainable_params()) t.tensors.push_back(bits(p));
+  for (auto& [name, b] : net->buffers_and_names())
+    if (is_floating(b.dtype())) t.tensors.push_back(bits(b));
+  for (const optim::NamedState& st : opt.state()) t.tensors.push_back(bits(st.tensor));
+  t.tensors.push_back({static_cast<uint32_t>(opt.global_step())});
+  t.info = step->graph_mode_info();
+  set_context({});
+  return t;
+}
+
+int64_t small_batch(const std::string& model) { return nn::is_language_model(model) ? 2 : 4; }
+
+void expect_graph_equals_eager(const std::string& model, const Config& c, int steps, std::vector<int64_t> batches) {
+  SCOPED_TRACE(model + " " + c.level + " " + std::string(dtype_name(c.low)));
+  const Trace eager = train(model, c, Mode::pynative, steps, batches);
+  const Trace graph = train(model, c, Mode::graph, steps, batches);
+  int skips = 0;
+  for (bool s : eager.skipped) skips += s;
+  ASSERT_GE(skips, 1) << "the configuration must overflow at least once";
+  ASSERT_LT(skips, steps) << "and apply at least one update";
+  EXPECT_EQ(graph.info.fallback, "");
+  EXPECT_GE(graph.info.replays, steps - 2 * static_cast<int>(batches.size())) << "the graph run must replay";
+  EXPECT_EQ(graph.skipped, eager.skipped);
+  EXPECT_EQ(graph.scales, eager.scales);
+  EXPECT_EQ(graph.losses, eager.losses);
+  ASSERT_EQ(graph.tensors.size(), eager.tensors.size());
+  for (size_t i = 0; i < eager.tensors.size(); ++i) EXPECT_EQ(graph.tensors[i], eager.tensors[i]) << "tensor " << i;
+}
+
+// O0 overflows f32 only near its top (2^127); f16 gradients overflow from 2^20.
+const Config kConfigs[] = {{"O0", DType::f32, 0x1p127}, {"O2", DType::bf16, 0x1p127}, {"O2", DType::f16, 0x1p20}};
+
+class GraphModeZoo : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GraphModeZoo, SixStepsBitwiseEqualToEagerAtO0O2Bf16O2F16WithSkippedSteps) {
+  for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 6, {small_batch(GetParam())});
+}
+
+TEST_P(GraphModeZoo, SlowTwentyStepsBitwiseEqualToEager) {
+  for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 20, {2 * small_batch(GetParam())});
+  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, 0x1p127}, 20, {2 * small_batch(GetParam())});
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, GraphModeZoo, ::testing::ValuesIn(nn::model_names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(GraphMode, ANewInputShapeCapturesAgainAndStaysBitwiseEqual) {
+  const Config c{"O2", DType::bf16, 0x1p127};
+  expect_graph_equals_eager("lenet", c, 10, {4, 6});
+  const Trace graph = train("lenet", c, Mode::graph, 10, {4, 6});
+  EXPECT_EQ(graph.info.captures, 2);  // one per batch size
+  EXPECT_EQ(graph.info.eager_steps, 2);
+  EXPECT_EQ(graph.info.replays, 6);
+}
+
+// Promoting a cell to fp32 mid-run (what OverflowGuard's promote does) must not replay a plan
+// captured before: the new configuration captures again, and the run stays equal to eager.
+TEST(GraphMode, ToFloatMidRunCapturesAgainAndStaysBitwiseEqual) {
+  auto run = [](Mode mode) {
+    set_context({.mode = mode});
+    manual_seed(0);
+    auto net = nn::make_model("lenet");
+    nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+    optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
+    auto step = amp::build_train_network(*net, opt, loss_fn, "O2", {.cast_model_type = DType::bf16});
+    for (int i = 0; i < 8; ++i) {
+      if (i == 4) net->to_float(DType::f32);
+      auto [x, y] = batch_for("lenet", 4, i);
+      (void)(*step)(x, y);
+    }
+    std::vector<std::vector<uint32_t>> w;
+    for (const Tensor& p : net->trainable_params()) w.push_back(bits(p));
+    const amp::GraphModeInfo info = step->graph_mode_info();
+    set_context({});
+    return std::pair{w, info};
+  };
+  const auto eager = run(Mode::pynative).first;
+  const auto [graph, info] = run(Mode::graph);
+  EXPECT_EQ(info.captures, 2);
+  EXPECT_EQ(info.replays, 4);
+  EXPECT_EQ(graph, eager);
+}
+
+// A cell whose construct reads a tensor value on the host: not capturable.
+struct HostReader : nn::Cell {
+  nn::Dense fc{784, 10};
+  HostReader() { register_cell("fc", fc); }
+  Tensor construct(const Tensor& x) override {
+    Tensor y = fc(ops::flatten(x));
+    return y.at({0, 0}) > 1e9 ? ops::mul(y, 2.0) : y;
+  }
+};
+
+TEST(GraphMode, AHostReadOfATensorValueFallsBackToEagerWithAReason) {
+  set_context({.mode = Mode::graph});
+  manual_seed(0);
+  HostReader net;
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  optim::SGD opt(net.trainable_params(), 0.1);
+  auto step = amp::build_train_network(net, opt, loss_fn, "O0");
+  for (int i = 0; i < 4; ++i) {
+    auto [x, y] = batch_for("simplenet", 4, i);
+    (void)(*step)(x, y);
+  }
+  set_context({});
+  EXPECT_EQ(step->graph_mode_info().replays, 0);
+  EXPECT_EQ(step->graph_mode_info().eager_steps, 3);
+  EXPECT_EQ(step->graph_mode_info().captures, 1);
+  EXPECT_NE(step->graph_mode_info().fallback.find("host read of a tensor value"), std::string::npos)
+      << step->graph_mode_info().fallback;
+}
+
+TEST(GraphPlan, ReplaysOnNewInputValuesWithoutAllocatingAndPlansAnArena) {
+  NoGradGuard ng;
+  Tensor a = testing::random({64, 32}, 1, DType::f32);
+  const Tensor w = testing::random({32, 48}, 2, DType::f32);
+  Tensor out;
+  std::string why;
+  auto plan = graph::Plan::capture(
+      [&] {
+        Tensor h = ops::relu(ops::matmul(a, w));
+        Tensor h2 = ops::mul(ops::add(h, h), 0.5);
+        out = ops::sum(h2.astype(DType::bf16).astype(DType::f32));
+      },
+      &why);
+  ASSERT_TRUE(plan) << why;
+  plan->plan_memory();
+  EXPECT_GT(plan->stats().planned_buffers, 1);
+  EXPECT_LE(plan->stats().arena_bytes, plan->stats().unplanned_bytes);
+  a.copy_(testing::random({64, 32}, 3, DType::f32));
+  const int64_t allocs = memory_stats().allocations;
+  plan->replay();
+  EXPECT_EQ(memory_stats().allocations, allocs);
+  const Tensor h = ops::relu(ops::matmul(a, w));
+  const Tensor expect = ops::sum(ops::mul(ops::add(h, h), 0.5).astype(DType::bf16).astype(DType::f32));
+  EXPECT_EQ(out.item(), expect.item());
+}
+
+TEST(GraphMode, ModeNamesParseAndAnUnknownOneIsRefused) {
+  EXPECT_EQ(parse_mode("graph"), Mode::graph);
+  EXPECT_EQ(parse_mode("pynative"), Mode::pynative);
+  EXPECT_STREQ(mode_name(Mode::graph), "graph");
+  EXPECT_THROW((void)parse_mode("GRAPH"), Error);
+}
+
+}  // namespace
+}  // namespace mixprec
