@@ -146,7 +146,7 @@ void print_how_to_continue(const TrainArgs& a, const train::Model& model, bool c
 
 void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell& step, const std::string& optimizer,
                   int threads, const ParallelRun& par) {
-  const bool custom = !a.white_list.empty() || !a.black_list.empty();
+  const bool custom = a.custom_lists();
   const std::string amp = custom ? (a.white_list.empty() ? "custom black list " + a.black_list
                                                          : "custom white list " + a.white_list)
                                  : "amp_level " + std::string(amp_level_name(parse_amp_level(a.amp_level)));
@@ -285,7 +285,7 @@ std::unique_ptr<Session> build(const Setup& s) {
   if (!nn::is_language_model(a.model)) metrics.emplace("Accuracy", train::Accuracy());
   // A custom list configures the network itself (MindSpore's custom_mixed_precision); the Model
   // then builds the train step at O0, which keeps the network's own AMP configuration.
-  const bool custom = !a.white_list.empty() || !a.black_list.empty();
+  const bool custom = a.custom_lists();
   if (custom)
     amp::custom_mixed_precision(*run->net, {.white_list = split_list(a.white_list), .black_list = split_list(a.black_list)},
                                 parse_low_dtype(a.dtype));

@@ -148,11 +148,11 @@ void validate(const TrainArgs& a) {
   MIXPREC_CHECK(a.white_list.empty() || a.black_list.empty(), "--white-list and --black-list: pass one of them",
                 Hint{"a white list runs the listed ops in --dtype and the rest in fp32; a black list the reverse"});
   const char* list_flag = a.white_list.empty() ? "--black-list" : "--white-list";
-  MIXPREC_CHECK((a.white_list.empty() && a.black_list.empty()) || !a.amp_level_given, list_flag,
-                " replaces --amp-level: pass one of them");
-  for (const std::string& name : split_list(a.white_list.empty() ? a.black_list : a.white_list))
+  const std::string& list = a.white_list.empty() ? a.black_list : a.white_list;
+  MIXPREC_CHECK(!a.custom_lists() || !a.amp_level_given, list_flag, " replaces --amp-level: pass one of them");
+  for (const std::string& name : split_list(list))
     MIXPREC_CHECK(!name.empty(), list_flag, ": expected comma-separated op or cell names, got an empty name in '",
-                  a.white_list.empty() ? a.black_list : a.white_list, "'");
+                  list, "'");
   with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
   (void)parse_low_dtype(a.dtype);
   (void)parse_loss_scale(a.loss_scale);

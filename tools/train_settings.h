@@ -34,6 +34,7 @@ struct TrainArgs {
   bool amp_level_given = false;   // --amp-level was on the command line (a custom list replaces it)
   // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.
   std::string white_list, black_list;
+  bool custom_lists() const { return !white_list.empty() || !black_list.empty(); }
   std::string dtype = "bf16";
   std::string keep_bn = "default";
   std::string loss_scale = "default";
