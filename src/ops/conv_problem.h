@@ -41,6 +41,7 @@ struct ConvFwdProblem {
     return std::array{&ConvFwdProblem::x, &ConvFwdProblem::w, &ConvFwdProblem::b};
   }
   static constexpr auto outputs() { return std::array{&ConvFwdProblem::y}; }
+  static constexpr std::array<Tensor ConvFwdProblem::*, 0> batch_sums() { return {}; }
 };
 
 struct ConvBwdDataProblem {
@@ -53,6 +54,7 @@ struct ConvBwdDataProblem {
     return std::array{&ConvBwdDataProblem::dy, &ConvBwdDataProblem::w};
   }
   static constexpr auto outputs() { return std::array{&ConvBwdDataProblem::dx}; }
+  static constexpr std::array<Tensor ConvBwdDataProblem::*, 0> batch_sums() { return {}; }
 };
 
 struct ConvBwdWeightsProblem {
@@ -67,6 +69,31 @@ struct ConvBwdWeightsProblem {
   static constexpr auto outputs() {
     return std::array{&ConvBwdWeightsProblem::dw, &ConvBwdWeightsProblem::db};
   }
+  static constexpr auto batch_sums() { return outputs(); }  // summed over the images
 };
+
+// The batch of a conv problem and the problem of its images [n0, n1) (views: the image tensors
+// sliced, the weights and the batch sums as they are), for low_via_f32_batched.
+inline int64_t batch_size(const ConvFwdProblem& p) { return p.g.n; }
+inline int64_t batch_size(const ConvBwdDataProblem& p) { return p.g.n; }
+inline int64_t batch_size(const ConvBwdWeightsProblem& p) { return p.g.n; }
+inline ConvFwdProblem slice_batch(ConvFwdProblem p, int64_t n0, int64_t n1) {
+  p.x = p.x.slice(0, n0, n1);
+  p.y = p.y.slice(0, n0, n1);
+  p.g.n = n1 - n0;
+  return p;
+}
+inline ConvBwdDataProblem slice_batch(ConvBwdDataProblem p, int64_t n0, int64_t n1) {
+  p.dy = p.dy.slice(0, n0, n1);
+  p.dx = p.dx.slice(0, n0, n1);
+  p.g.n = n1 - n0;
+  return p;
+}
+inline ConvBwdWeightsProblem slice_batch(ConvBwdWeightsProblem p, int64_t n0, int64_t n1) {
+  p.x = p.x.slice(0, n0, n1);
+  p.dy = p.dy.slice(0, n0, n1);
+  p.g.n = n1 - n0;
+  return p;
+}
 
 }  // namespace mixprec::ops

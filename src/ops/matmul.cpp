@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "mixprec/convert.h"
+#include "mixprec/cpu_features.h"
 #include "ops/dispatch.h"
 #include "ops/matmul_problem.h"
 #include "ops/op_common.h"
@@ -251,28 +252,66 @@ void gemm_into(OpId op, std::string_view phase, const Tensor& a, const Tensor& b
   dispatch(op, phase, p);
 }
 
+// Column sums of g [R, C] in its accumulation dtype: blocks of kRows rows x kCols columns, each
+// summed in row order into its own partials (16-bit rows widened as they are read: the AVX2 +
+// F16C clone converts f16 with vcvtph2ps), then the row blocks added in order. The blocks depend
+// on the shape alone, so the bits do not depend on the thread count.
+namespace {
+constexpr int64_t kSumRows = 1024, kSumCols = 256;
+
+template <class T, class A>
+[[gnu::always_inline]] inline void sum_block(const T* gb, int64_t sr, int64_t sc, int64_t r0,
+                                             int64_t r1, int64_t c0, int64_t n, A* acc) {
+  for (int64_t j = 0; j < n; ++j) acc[j] = A(0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* row = gb + r * sr + c0 * sc;
+    if constexpr (std::is_same_v<T, f16>) {
+      if (sc == 1) {  // a plain _Float16 load: the vectoriser converts eight at once
+        const _Float16* h = reinterpret_cast<const _Float16*>(row);
+        for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(h[j]);
+        continue;
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(load(row[j * sc]));
+  }
+}
+template <class T, class A>
+__attribute__((target("avx2,f16c"))) void sum_block_avx2(const T* gb, int64_t sr, int64_t sc,
+                                                         int64_t r0, int64_t r1, int64_t c0,
+                                                         int64_t n, A* acc) {
+  sum_block(gb, sr, sc, r0, r1, c0, n, acc);
+}
+template <class T, class A> void sum_block_base(const T* gb, int64_t sr, int64_t sc, int64_t r0,
+                                                int64_t r1, int64_t c0, int64_t n, A* acc) {
+  sum_block(gb, sr, sc, r0, r1, c0, n, acc);
+}
+}  // namespace
+
 static void sum_rows_now(const Tensor& g, const Tensor& out) {
   MIXPREC_ASSERT(g.dim() == 2 && out.dim() == 1 && out.size(0) == g.size(1) && out.is_contiguous(),
                  "sum_rows: expected g [R, C] and a contiguous out [C]");
   const int64_t R = g.size(0), C = g.size(1);
   const int64_t sr = g.strides()[0], sc = g.strides()[1];
-  constexpr int64_t kCols = 256;  // columns per task
-  const int64_t tasks = (C + kCols - 1) / kCols;
+  const int64_t col_tasks = (C + kSumCols - 1) / kSumCols,
+                row_blocks = std::max<int64_t>(1, (R + kSumRows - 1) / kSumRows);
   visit_float(g.dtype(), [&]<class T>() {
     using A = compute_t<T>;
     constexpr DType adt = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     const T* gb = static_cast<const T*>(g.data_ptr());
-    char* ob = static_cast<char*>(out.data_ptr());
-#pragma omp parallel for schedule(static) if (R * C > 32768)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t c0 = t * kCols, n = std::min(kCols, C - c0);
-      A acc[kCols] = {};
-      for (int64_t r = 0; r < R; ++r) {
-        const T* row = gb + r * sr + c0 * sc;
-        for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(load(row[j * sc]));
+    std::vector<A> part(static_cast<size_t>(row_blocks * C));
+    const bool avx2 = cpu_features().avx2 && cpu_features().f16c;
+#pragma omp parallel for collapse(2) schedule(static) if (R * C > 32768)
+    for (int64_t b = 0; b < row_blocks; ++b)
+      for (int64_t t = 0; t < col_tasks; ++t) {
+        const int64_t c0 = t * kSumCols, n = std::min(kSumCols, C - c0);
+        const int64_t r0 = b * kSumRows, r1 = std::min(R, r0 + kSumRows);
+        A* acc = part.data() + b * C + c0;
+        (avx2 ? sum_block_avx2<T, A> : sum_block_base<T, A>)(gb, sr, sc, r0, r1, c0, n, acc);
       }
-      convert_row(acc, adt, ob + static_cast<size_t>(c0) * out.itemsize(), out.dtype(), n);
-    }
+    for (int64_t b = 1; b < row_blocks; ++b)
+      for (int64_t j = 0; j < C; ++j)
+        part[static_cast<size_t>(j)] += part[static_cast<size_t>(b * C + j)];
+    convert_row(part.data(), adt, out.data_ptr(), out.dtype(), C);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
+#include "mixprec/graph/plan.h"
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "ops/conv_problem.h"
@@ -27,12 +28,13 @@ using testing::random;
 // Runs the f32 kernel "onednn" on a widened copy of p (made by `to_f32`) and low_via_f32 on p,
 // and checks that low_via_f32's output (member `out`) is the f32 output rounded once.
 template <class P, class ToF32>
-void expect_f32_output_rounded_once(const P& p, Tensor P::*out, ToF32 to_f32) {
+void expect_f32_output_rounded_once(const P& p, Tensor P::*out, ToF32 to_f32,
+                                    std::string_view adapter_name = "low_via_f32") {
   const P q = to_f32(p);
   const auto f32_kernel = kernel_named<P>("onednn");
   ASSERT_EQ(f32_kernel.declines(q), "");
   f32_kernel.run(q);
-  const auto adapter = kernel_named<P>("low_via_f32");
+  const auto adapter = kernel_named<P>(adapter_name);
   ASSERT_EQ(adapter.declines(p), "");
   adapter.run(p);
   const std::vector<double> got = (p.*out).template to_vector<double>();
@@ -66,7 +68,7 @@ TEST(LowViaF32, OutputIsTheF32KernelsOutputRoundedOnceInEveryFamily) {
       expect_f32_output_rounded_once(p, &ops::ConvFwdProblem::y, [](ops::ConvFwdProblem q) {
         q.x = f32_like(q.x), q.w = f32_like(q.w), q.b = f32_like(q.b), q.y = f32_empty(q.y);
         return q;
-      });
+      }, "low_via_f32_batched");
     }
     {  // batch norm forward (training: the statistics are outputs, f32 already)
       const Tensor x = random({4, 3, 5, 5}, 7, d);
@@ -87,6 +89,57 @@ TEST(LowViaF32, OutputIsTheF32KernelsOutputRoundedOnceInEveryFamily) {
         return q;
       });
     }
+  }
+}
+
+// Conv problems of [64, 16, 32, 32] f16/bf16 channels-last images: 128 KiB of f32 per image, so
+// low_via_f32_batched runs them in chunks of 15 images (a short one last).
+struct ChunkedConv {
+  Tensor x, w, dy;
+  ops::ConvGeometry g;
+};
+ChunkedConv chunked_conv(DType d) {
+  const auto nhwc = ops::detail::ImageLayout::nhwc;
+  ChunkedConv c;
+  c.x = ops::detail::to_image(random({64, 16, 32, 32}, 21, d), nhwc);
+  c.w = random({16, 16, 3, 3}, 22, d);
+  c.g = ops::conv_geometry(c.x.shape(), c.w.shape(), {.pad_mode = ops::PadMode::same});
+  c.dy = ops::detail::to_image(random(c.g.out_shape(), 23, d), nhwc);
+  return c;
+}
+
+TEST(LowViaF32, BatchedRunsInChunksWithTheWholeProblemsResultAndNoWholeF32Copy) {
+  // Forward and backward-data: each image's output is the f32 kernel's on that image, rounded
+  // once, so chunking changes no bit. Backward-weights: the f32 sums of the chunks added in
+  // order, within f32 rounding of the whole batch's sum. Memory: low_via_f32 made f32 copies of
+  // whole tensors (x: 8 MiB here); the batched adapter's copies are one chunk's.
+  const auto nhwc = ops::detail::ImageLayout::nhwc;
+  for (DType d : {DType::f16, DType::bf16}) {
+    if (ops::onednn::why_not_via_f32(d) != "") continue;
+    const ChunkedConv c = chunked_conv(d);
+    ops::ConvFwdProblem f{c.x, c.w, Tensor(), ops::detail::empty_image(c.g.out_shape(), d, nhwc), c.g, false};
+    const int64_t step = ops::detail::images_per_chunk(f);  // 15 (the weights count too): 5 chunks, the last short
+    ASSERT_GT(step, 1);
+    ASSERT_LT(step, 64);
+    expect_f32_output_rounded_once(f, &ops::ConvFwdProblem::y, [](ops::ConvFwdProblem q) {
+      q.x = f32_like(q.x), q.w = f32_like(q.w), q.y = f32_empty(q.y);
+      return q;
+    }, "low_via_f32_batched");
+    ops::ConvBwdDataProblem bd{c.dy, c.w, ops::detail::empty_image(c.x.shape(), d, nhwc), c.g};
+    expect_f32_output_rounded_once(bd, &ops::ConvBwdDataProblem::dx, [](ops::ConvBwdDataProblem q) {
+      q.dy = f32_like(q.dy), q.w = f32_like(q.w), q.dx = f32_empty(q.dx);
+      return q;
+    }, "low_via_f32_batched");
+    ops::ConvBwdWeightsProblem bw{c.x, c.dy, Tensor::empty(c.w.shape()), Tensor::empty({16}), c.g};
+    ops::ConvBwdWeightsProblem whole{f32_like(c.x), f32_like(c.dy), Tensor::empty(c.w.shape()), Tensor::empty({16}), c.g};
+    kernel_named<ops::ConvBwdWeightsProblem>("onednn").run(whole);
+    const int64_t added = graph::measure_peak([&] { kernel_named<ops::ConvBwdWeightsProblem>("low_via_f32_batched").run(bw); });
+    // One chunk's f32 x and dy (about kChunkBytes), where low_via_f32 allocated 16 MiB.
+    EXPECT_LT(added, ops::detail::kChunkBytes + (int64_t{256} << 10)) << dtype_name(d);
+    // 65536 products a weight (|dw| up to ~100), summed in f32 in two orders: 1e-4 apart.
+    EXPECT_TRUE(testing::all_close(bw.dw, whole.dw, {1e-4, 1e-3})) << dtype_name(d);
+    EXPECT_TRUE(testing::all_close(bw.db, whole.db, {1e-4, 1e-3})) << dtype_name(d);
+    EXPECT_GT(ops::sum(ops::abs(bw.dw)).item(), 1.0);
   }
 }
 

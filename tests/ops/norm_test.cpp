@@ -6,9 +6,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "mixprec/amp/level.h"
+#include "mixprec/cpu_features.h"
+#include "mixprec/graph/plan.h"
 #include "mixprec/version.h"
 #include "kernel_test_util.h"
 #include "op_test_util.h"
@@ -451,6 +454,131 @@ TEST(LayerNorm, OneDnnMatchesReference) {
   }
 }
 #endif
+
+}  // namespace
+}  // namespace mixprec
+
+// ---------------------------------------------------------------- cpu::batch_norm16 (tiles16)
+namespace mixprec {
+namespace {
+
+struct Bn16Case {
+  Shape nchw;
+  bool channels_last;
+};
+
+// x [N, C, H, W] of dtype d, NCHW or channels-last, values in [-2, 3].
+Tensor bn16_input(const Bn16Case& k, DType d, uint64_t seed) {
+  const Shape& s = k.nchw;
+  if (!k.channels_last) return random(s, seed, d, -2, 3);
+  return random({s[0], s[2], s[3], s[1]}, seed, d, -2, 3).permute({0, 3, 1, 2});
+}
+
+ops::BatchNormFwdProblem bn16_fwd(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  bool training) {
+  const int64_t c = x.shape()[1];
+  return {.x = x, .gamma = gamma, .beta = beta,
+          .mean = training ? Tensor::empty({c}) : random({c}, 71, DType::f32, -0.5, 0.5),
+          .var = training ? Tensor::empty({c}) : random({c}, 72, DType::f32, 0.5, 2),
+          .y = ops::detail::empty_strided(x.shape(), x.strides(), x.dtype(), x.device()),
+          .training = training};
+}
+
+ops::BatchNormBwdProblem bn16_bwd(const ops::BatchNormFwdProblem& f, const Tensor& dy) {
+  const int64_t c = f.x.shape()[1];
+  return {.x = f.x, .dy = dy, .gamma = f.gamma, .mean = f.mean, .var = f.var,
+          .dx = ops::detail::empty_strided(f.x.shape(), f.x.strides(), f.x.dtype(), f.x.device()),
+          .dgamma = Tensor::empty({c}), .dbeta = Tensor::empty({c}), .training = f.training};
+}
+
+// Shapes that reach every tile edge: C = 19 (4096 / 19 rows a tile, a ragged last tile), runs of
+// 70 x 70 = 4900 values (two tiles a channel run, the second short), [N, C] (BatchNorm1d).
+const Bn16Case kBn16Cases[] = {{{6, 19, 9, 9}, false}, {{6, 19, 9, 9}, true}, {{3, 2, 70, 70}, false},
+                               {{40, 5, 70, 1}, true}, {{33, 7, 1, 1}, false}};
+
+TEST(BatchNorm16, ForwardBitIdenticalToReferenceBackwardWithinTolerance) {
+  // The forward is the reference's formula on the same statistics, so every bit matches; the
+  // backward sums in another order (tiles in f32, f64 across tiles), so it matches the f64-exact
+  // gradient within the 16-bit tolerance.
+  for (DType d : {DType::f16, DType::bf16}) {
+    for (const Bn16Case& k : kBn16Cases) {
+      for (bool training : {true, false}) {
+        const Tensor x = bn16_input(k, d, 81);
+        const Tensor gamma = random({k.nchw[1]}, 82, DType::f32, 0.5, 1.5);
+        const Tensor beta = random({k.nchw[1]}, 83, DType::f32);
+        const Tensor dy = ops::detail::with_strides(bn16_input(k, d, 84), x.strides());
+        ops::BatchNormFwdProblem f = bn16_fwd(x, gamma, beta, training), r = bn16_fwd(x, gamma, beta, training);
+        const auto tiles = testing::kernel_named<ops::BatchNormFwdProblem>("tiles16");
+        const std::string what = std::string(dtype_name(d)) + shape_str(k.nchw) +
+                                 (k.channels_last ? " channels-last" : " nchw") + (training ? " training" : " eval");
+        if (d == DType::bf16 && cpu_features().avx512f) {
+          EXPECT_NE(tiles.declines(f), "") << what;  // oneDNN computes in bf16 there
+          continue;
+        }
+        ASSERT_EQ(tiles.declines(f), "") << what;
+        tiles.run(f);
+        testing::kernel_named<ops::BatchNormFwdProblem>("ref").run(r);
+        EXPECT_EQ(f.y.to_vector<float>(), r.y.to_vector<float>()) << what;
+        EXPECT_EQ(f.mean.to_vector<float>(), r.mean.to_vector<float>()) << what;
+        ops::BatchNormBwdProblem b = bn16_bwd(f, dy), rb = bn16_bwd(r, dy);
+        rb.x = x.astype(DType::f64);  // the f64 reference of the gradients: no rounding but dx's
+        rb.dy = dy.astype(DType::f64);
+        rb.gamma = gamma.astype(DType::f64);
+        rb.mean = f.mean.astype(DType::f64);
+        rb.var = f.var.astype(DType::f64);
+        rb.dx = ops::detail::empty_strided(x.shape(), rb.x.strides(), DType::f64, x.device());
+        rb.dgamma = Tensor::empty({k.nchw[1]}, {.dtype = DType::f64});
+        rb.dbeta = Tensor::empty({k.nchw[1]}, {.dtype = DType::f64});
+        testing::kernel_named<ops::BatchNormBwdProblem>("tiles16").run(b);
+        testing::kernel_named<ops::BatchNormBwdProblem>("ref").run(rb);
+        const testing::Tolerance tol = testing::tolerance_for(d);
+        EXPECT_TRUE(all_close(b.dx.astype(DType::f64), rb.dx, {tol.rel, tol.abs * 10})) << what;
+        EXPECT_TRUE(all_close(b.dgamma.astype(DType::f64), rb.dgamma, {1e-4, 1e-4})) << what;
+        EXPECT_TRUE(all_close(b.dbeta.astype(DType::f64), rb.dbeta, {1e-5, 1e-5})) << what;
+      }
+    }
+  }
+}
+
+TEST(BatchNorm16, ThreadCountIndependentAndNoWholeTensorWidened) {
+  // [32, 64, 28, 28] f16 channels-last: 3.2 MB of data, 6.4 MB as f32. The kernel's extra memory is
+  // its per-tile partial sums, never an f32 copy of x, y, dy or dx (low_via_f32 makes three).
+  const Bn16Case k{{32, 64, 28, 28}, true};
+  const Tensor x = bn16_input(k, DType::f16, 91);
+  const Tensor dy = ops::detail::with_strides(bn16_input(k, DType::f16, 92), x.strides());
+  const Tensor gamma = random({64}, 93, DType::f32, 0.5, 1.5), beta = random({64}, 94, DType::f32);
+  std::vector<float> out[2];
+  const int saved = omp_get_max_threads();
+  for (int t = 0; t < 2; ++t) {
+    omp_set_num_threads(t == 0 ? 1 : 3);
+    ops::BatchNormFwdProblem f = bn16_fwd(x, gamma, beta, true);
+    ops::BatchNormBwdProblem b = bn16_bwd(f, dy);
+    const int64_t added = graph::measure_peak([&] {
+      testing::kernel_named<ops::BatchNormFwdProblem>("tiles16").run(f);
+      testing::kernel_named<ops::BatchNormBwdProblem>("tiles16").run(b);
+    });
+    EXPECT_LT(added, x.nbytes() / 4) << "bytes allocated by the kernels, threads " << (t == 0 ? 1 : 3);
+    for (const Tensor& r : {f.y, b.dx, b.dgamma, b.dbeta}) {
+      const auto v = r.to_vector<float>();
+      out[t].insert(out[t].end(), v.begin(), v.end());
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_EQ(out[0], out[1]);
+}
+
+TEST(BatchNorm16, OverflowRoundsToInfinityAsTheEmulationDid) {
+  // gamma 1e5 on unit-variance data: |y| passes f16's 65504, and the f16 output is +-inf, exactly
+  // where rounding the f32 result once would put it (the f32 emulation's contract).
+  const Tensor x = random({4, 3, 8, 8}, 95, DType::f16, -2, 2);
+  const Tensor gamma = full({3}, 1e5), beta = zeros({3});
+  ops::BatchNormFwdProblem f = bn16_fwd(x, gamma, beta, true), r = bn16_fwd(x, gamma, beta, true);
+  testing::kernel_named<ops::BatchNormFwdProblem>("tiles16").run(f);
+  testing::kernel_named<ops::BatchNormFwdProblem>("ref").run(r);
+  const auto y = f.y.to_vector<float>();
+  EXPECT_GT(std::count_if(y.begin(), y.end(), [](float v) { return std::isinf(v); }), 0);
+  EXPECT_EQ(y, r.y.to_vector<float>());
+}
 
 }  // namespace
 }  // namespace mixprec

@@ -9,10 +9,15 @@
 #include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
+#include "ops/norm_problem.h"
 #include "ops/pool_problem.h"
 
 namespace mixprec::ops::cpu {
 
+// batch_norm16.cpp: "" for the 16-bit dtypes that the CPU's GEMMs and convolutions (oneDNN)
+// compute in f32 (f16 always, bf16 without AVX-512), else why not: the dtypes for which the cpu
+// backend's kernels widen tile by tile instead of computing natively.
+std::string why_not_via_f32(DType d);
 // elementwise.cpp: every pointwise formula through the vectorised engine; ReLU and its gradient
 // mask on the bits of dense f16/bf16 tensors.
 void pointwise(const PointwiseProblem& p);
@@ -35,6 +40,12 @@ void conv_im2col_bwd_data(const ConvBwdDataProblem& p);
 std::string conv_im2col_bwd_weights_declines(const ConvBwdWeightsProblem& p);
 void conv_im2col_bwd_weights(const ConvBwdWeightsProblem& p);
 
+// batch_norm16.cpp: batch norm of f16/bf16 data (f32 parameters), widened tile by tile in the
+// kernel instead of whole tensors (contiguous or channels-last).
+std::string batch_norm16_fwd_declines(const BatchNormFwdProblem& p);
+void batch_norm16_fwd(const BatchNormFwdProblem& p);
+std::string batch_norm16_bwd_declines(const BatchNormBwdProblem& p);
+void batch_norm16_bwd(const BatchNormBwdProblem& p);
 // pool_global_avg.cpp: global average pooling (kernel = the whole input, no padding).
 std::string pool_global_avg_fwd_declines(const PoolFwdProblem& p);
 void pool_global_avg_fwd(const PoolFwdProblem& p);

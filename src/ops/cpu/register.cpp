@@ -2,6 +2,7 @@
 // onednn and ref (MIXPREC_OPS_BACKENDS), so these niche kernels get first refusal.
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
+#include "ops/low_via_f32.h"
 
 namespace mixprec::ops {
 
@@ -12,15 +13,28 @@ void register_cpu_kernels() {
 
   register_kernel<ConvFwdProblem>(
       {"direct_c1", kCpu, cpu::conv_direct_c1_fwd_declines, cpu::conv_direct_c1_fwd});
+  // 16-bit im2col convolutions whose GEMM would be emulated in f32 anyway: the whole kernel in
+  // f32, chunk by chunk of images (patches widened once, output rounded once, in cache).
+  register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_fwd_declines,
+                                      cpu::conv_im2col_fwd>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvFwdProblem>(
       {"im2col_gemm", kCpu, cpu::conv_im2col_fwd_declines, cpu::conv_im2col_fwd});
+  register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_bwd_data_declines,
+                                      cpu::conv_im2col_bwd_data>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvBwdDataProblem>(
       {"im2col_gemm", kCpu, cpu::conv_im2col_bwd_data_declines, cpu::conv_im2col_bwd_data});
   register_kernel<ConvBwdWeightsProblem>({"direct_c1", kCpu,
                                           cpu::conv_direct_c1_bwd_weights_declines,
                                           cpu::conv_direct_c1_bwd_weights});
+  register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_bwd_weights_declines,
+                                      cpu::conv_im2col_bwd_weights>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvBwdWeightsProblem>(
       {"im2col_gemm", kCpu, cpu::conv_im2col_bwd_weights_declines, cpu::conv_im2col_bwd_weights});
+
+  register_kernel<BatchNormFwdProblem>(
+      {"tiles16", kCpu, cpu::batch_norm16_fwd_declines, cpu::batch_norm16_fwd});
+  register_kernel<BatchNormBwdProblem>(
+      {"tiles16", kCpu, cpu::batch_norm16_bwd_declines, cpu::batch_norm16_bwd});
 
   register_kernel<PoolFwdProblem>(
       {"global_avg", kCpu, cpu::pool_global_avg_fwd_declines, cpu::pool_global_avg_fwd});

@@ -15,12 +15,14 @@ void register_onednn_kernels() {
   register_kernel(low_via_f32<why_not_via_f32, matmul_declines, onednn::matmul>(kCpu));
 
   register_kernel<ConvFwdProblem>({"onednn", kCpu, conv_fwd_declines, conv_fwd});
-  register_kernel(low_via_f32<why_not_via_f32, conv_fwd_declines, conv_fwd>(kCpu));
+  register_kernel(low_via_f32_batched<why_not_via_f32, conv_fwd_declines, conv_fwd>(kCpu));
   register_kernel<ConvBwdDataProblem>({"onednn", kCpu, conv_bwd_data_declines, conv_bwd_data});
-  register_kernel(low_via_f32<why_not_via_f32, conv_bwd_data_declines, conv_bwd_data>(kCpu));
+  register_kernel(
+      low_via_f32_batched<why_not_via_f32, conv_bwd_data_declines, conv_bwd_data>(kCpu));
   register_kernel<ConvBwdWeightsProblem>(
       {"onednn", kCpu, conv_bwd_weights_declines, conv_bwd_weights});
-  register_kernel(low_via_f32<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
+  register_kernel(
+      low_via_f32_batched<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
 
   register_kernel<PoolFwdProblem>({"onednn", kCpu, pool_fwd_declines, pool_fwd});
   register_kernel<PoolBwdProblem>({"onednn", kCpu, pool_bwd_declines, pool_bwd});

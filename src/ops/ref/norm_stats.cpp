@@ -1,7 +1,8 @@
 // Batch norm's training statistics, shared by every implementation (reference, oneDNN, f16
 // via f32): per channel, one pass summing d = x - shift and d^2 in f64 (four-lane GCC vectors,
-// an AVX2 clone chosen at run time; each lane adds in a fixed order, so the bits are the same
-// on every instruction set and thread count). The shift is the channel's first value, so a
+// an AVX2 + F16C clone chosen at run time, where f16 loads convert by vcvtph2ps, exactly; each
+// lane adds in a fixed order, so the bits are the same on every instruction set and thread
+// count). The shift is the channel's first value, so a
 // constant channel gets its value as the mean and a variance of exactly 0.
 #include <algorithm>
 #include <cstring>
@@ -29,6 +30,7 @@ ChannelBlocks channel_blocks(const Tensor& x) {
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef uint16_t v4h __attribute__((vector_size(8)));
+typedef _Float16 v4hf __attribute__((vector_size(8)));
 typedef uint32_t v4u __attribute__((vector_size(16)));
 #define MIXPREC_INLINE [[gnu::always_inline]] inline
 
@@ -44,6 +46,10 @@ template <class T> MIXPREC_INLINE void load4(const T* p, v4d& out) {
     v4f v;
     std::memcpy(&v, &w, sizeof v);
     out = __builtin_convertvector(v, v4d);
+  } else if constexpr (std::is_same_v<T, f16>) {  // exact; one vcvtph2ps in the AVX2 + F16C clone
+    v4hf h;
+    std::memcpy(&h, p, sizeof h);
+    out = __builtin_convertvector(__builtin_convertvector(h, v4f), v4d);
   } else {
     out = v4d{static_cast<double>(load(p[0])), static_cast<double>(load(p[1])),
               static_cast<double>(load(p[2])), static_cast<double>(load(p[3]))};
@@ -124,9 +130,10 @@ template <class T> MIXPREC_INLINE void unit_sums(const T* x, const ChannelBlocks
       add_run(x + (o * s.channels + c) * s.inner + i0, i1 - i0, shift[c], a1[c], a2[c]);
 }
 template <class T>
-__attribute__((target("avx2"))) void unit_sums_avx2(const T* x, const ChannelBlocks& s, int64_t u,
-                                                    int64_t rows, int64_t ib, const double* shift,
-                                                    double* a1, double* a2) {
+__attribute__((target("avx2,f16c"))) void unit_sums_avx2(const T* x, const ChannelBlocks& s,
+                                                         int64_t u, int64_t rows, int64_t ib,
+                                                         const double* shift, double* a1,
+                                                         double* a2) {
   unit_sums(x, s, u, rows, ib, shift, a1, a2);
 }
 template <class T> void unit_sums_base(const T* x, const ChannelBlocks& s, int64_t u, int64_t rows,
@@ -143,7 +150,8 @@ void shifted_sums(const T* x, const ChannelBlocks& s, const double* shift, doubl
   const int64_t rows = std::max<int64_t>(1, 32768 / (s.channels * ib)),
                 nrb = (s.outer + rows - 1) / rows;
   std::vector<double> part(static_cast<size_t>(2 * nrb * nib * s.channels), 0.0);
-  const auto unit = cpu_features().avx2 ? unit_sums_avx2<T> : unit_sums_base<T>;
+  const auto unit =
+      cpu_features().avx2 && cpu_features().f16c ? unit_sums_avx2<T> : unit_sums_base<T>;
 #pragma omp parallel for schedule(static) if (s.outer * s.channels * s.inner > 32768)
   for (int64_t u = 0; u < nrb * nib; ++u) {
     double* a1 = part.data() + 2 * u * s.channels;
