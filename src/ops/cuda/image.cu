@@ -1,0 +1,473 @@
+// CUDA kernels over [N, C, ...] images, by channel: BatchNorm (forward: training statistics and
+// eval; backward), per-channel sums (conv2d's bias gradient), conv2d's bias/ReLU epilogue, and
+// pooling (max pooling, global average pooling; forward and backward). Formulas are the
+// reference kernels' (ops/ref/norm.cpp, norm_stats.cpp, pool.cpp) step for step; only the order
+// of the per-channel sums differs (split into slices, summed in a fixed order: deterministic).
+// Every tensor here is dense (any dim order); BatchNorm's x, y, dy, dx share one layout.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/cuda_dtype.cuh"
+#include "core/cuda_stream.h"
+#include "ops/cuda/kernels.h"
+#include "ops/dispatch.h"
+#include "ops/layout.h"
+#include "ops/pool_problem.h"
+
+namespace mixprec::ops::cuda {
+namespace {
+
+using cuda_detail::load_elem;
+using cuda_detail::store_elem;
+
+constexpr unsigned kThreads = 256;  // every kernel here: 256 threads a block
+
+// A dense [N, C, ...] tensor in memory as [outer][C][inner]: inner is the channel's stride (the
+// dims laid out inside a channel: H*W for NCHW, 1 for channels-last), outer the rest. Channel
+// c's k-th element (k < outer * inner) is at (k / inner) * C * inner + c * inner + k % inner, and
+// memory offset e belongs to channel (e / inner) % C. (As norm_stats.cpp's ChannelBlocks.)
+struct Blocks {
+  int64_t outer = 0, c = 0, inner = 0;
+  __host__ __device__ int64_t per_channel() const { return outer * inner; }
+};
+Blocks blocks_of(const Tensor& t) {
+  MIXPREC_ASSERT(t.dim() >= 2 && detail::fills_its_span(t), "cuda image kernel: ", desc(t),
+                 " is not a dense [N, C, ...] tensor");
+  const int64_t c = t.shape()[1], n = t.numel();
+  const int64_t inner = c == 1 ? n : t.strides()[1];
+  return {c > 0 && inner > 0 ? n / (c * inner) : 0, c, inner};
+}
+__host__ __device__ inline int64_t channel_elem(const Blocks& b, int64_t c, int64_t k) {
+  return (k / b.inner) * b.c * b.inner + c * b.inner + k % b.inner;
+}
+__device__ inline int64_t channel_of(const Blocks& b, int64_t e) { return (e / b.inner) % b.c; }
+
+template <class F> void visit_compute(DType d, F&& f) {
+  if (d == DType::f64)
+    f.template operator()<double>();
+  else
+    f.template operator()<float>();
+}
+
+// ------------------------------------------------------------------ per-channel sums
+// What channel_partials sums per element k of channel c (two sums, s1 and s2):
+//   stats:   d = x - shift[c] and d * d (shift: the channel's first value; f64, as norm_stats)
+//   bn_bwd:  g = dy and g * (x - mean) * invstd (in C, as ref::batch_norm_bwd)
+//   sum:     x (s2 unused)
+enum class SumKind { stats, bn_bwd, sum };
+
+struct SumArgs {
+  Blocks b;
+  const void* x;
+  const void* dy;  // bn_bwd only
+  DType dt;
+  const void* mean;  // bn_bwd: [C] in C
+  const void* var;
+  double eps;
+  int64_t slices, slice_len;  // channel elements split into `slices` runs of slice_len
+  double* partial;            // [C][slices][2]
+};
+
+// Grid: (slices, min(C, 65535)) blocks of 256 threads; block (s, cy) takes slice s of channels
+// cy, cy + gridDim.y, ...; its threads stride the slice (t, t + 256, ...): coalesced when inner
+// > 1 (NCHW: a channel's run is contiguous), 32 loads C elements apart when inner == 1
+// (channels-last: correct, not bandwidth-optimal). Then a shared-memory tree halves 256 partial
+// pairs to one, written by thread 0. Invariant: blockDim.x == 256 (the tree's size).
+template <class C, SumKind K> __global__ void channel_partials_kernel(SumArgs a) {
+  __shared__ double s1s[kThreads], s2s[kThreads];
+  for (int64_t c = blockIdx.y; c < a.b.c; c += gridDim.y) {
+    const int64_t lo = blockIdx.x * a.slice_len, m = a.b.per_channel();
+    const int64_t hi = lo + a.slice_len < m ? lo + a.slice_len : m;
+    double s1 = 0, s2 = 0;
+    if constexpr (K == SumKind::stats) {
+      const double shift = load_elem<double>(a.x, a.dt, channel_elem(a.b, c, 0));
+      for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads) {
+        const double d = load_elem<double>(a.x, a.dt, channel_elem(a.b, c, k)) - shift;
+        s1 += d;
+        s2 += d * d;
+      }
+    } else if constexpr (K == SumKind::bn_bwd) {
+      const C mu = static_cast<const C*>(a.mean)[c];
+      const C invstd = C(1) / ::sqrt(static_cast<const C*>(a.var)[c] + static_cast<C>(a.eps));
+      for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads) {
+        const int64_t e = channel_elem(a.b, c, k);
+        const C g = load_elem<C>(a.dy, a.dt, e);
+        s1 += g;
+        s2 += g * (load_elem<C>(a.x, a.dt, e) - mu) * invstd;
+      }
+    } else {
+      for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads)
+        s1 += load_elem<double>(a.x, a.dt, channel_elem(a.b, c, k));
+    }
+    s1s[threadIdx.x] = s1;
+    s2s[threadIdx.x] = s2;
+    __syncthreads();
+    for (unsigned h = kThreads / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h) {
+        s1s[threadIdx.x] += s1s[threadIdx.x + h];
+        s2s[threadIdx.x] += s2s[threadIdx.x + h];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      double* out = a.partial + (c * a.slices + blockIdx.x) * 2;
+      out[0] = s1s[0];
+      out[1] = s2s[0];
+    }
+    __syncthreads();  // the shared arrays are reused by the next channel
+  }
+}
+
+// Grid: grid_for(C, 256), one thread per channel adding its slices' partials in slice order.
+//   stats:  mean = shift + s1 / m, var = max(0, s2 / m - (s1 / m)^2) (norm_stats.cpp's formula)
+//   bn_bwd: dbeta = s1, dgamma = s2
+//   sum:    out1 = s1, rounded once into out_dt
+template <SumKind K>
+__global__ void channel_finish_kernel(SumArgs a, void* out1, void* out2, DType out_dt) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < a.b.c;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    double s1 = 0, s2 = 0;
+    for (int64_t s = 0; s < a.slices; ++s) {
+      s1 += a.partial[(c * a.slices + s) * 2];
+      s2 += a.partial[(c * a.slices + s) * 2 + 1];
+    }
+    if constexpr (K == SumKind::stats) {
+      const double m = static_cast<double>(a.b.per_channel());
+      const double shift = load_elem<double>(a.x, a.dt, channel_elem(a.b, c, 0));
+      const double d = s1 / m;
+      store_elem<double>(out1, out_dt, c, shift + d);
+      store_elem<double>(out2, out_dt, c, fmax(0.0, s2 / m - d * d));
+    } else if constexpr (K == SumKind::bn_bwd) {
+      store_elem<double>(out1, out_dt, c, s2);  // dgamma
+      store_elem<double>(out2, out_dt, c, s1);  // dbeta
+    } else {
+      store_elem<double>(out1, out_dt, c, s1);
+    }
+  }
+}
+
+// Runs the two kernels above for x (and dy, mean, var for bn_bwd) into out1/out2 (dtype out_dt).
+template <SumKind K> void channel_sums(const Tensor& x, const Tensor& dy, const Tensor& mean,
+                                       const Tensor& var, double eps, const Tensor& out1,
+                                       const Tensor& out2) {
+  const Blocks b = blocks_of(x);
+  if (b.c == 0) return;
+  const int64_t m = b.per_channel();
+  const int64_t slices = std::clamp<int64_t>((m + 8191) / 8192, 1, 256);
+  const Tensor partial =
+      Tensor::empty({b.c, slices, 2}, {.dtype = DType::f64, .device = x.device()});
+  SumArgs a{b,
+            x.data_ptr(),
+            dy.defined() ? dy.data_ptr() : nullptr,
+            x.dtype(),
+            mean.defined() ? mean.data_ptr() : nullptr,
+            var.defined() ? var.data_ptr() : nullptr,
+            eps,
+            slices,
+            (m + slices - 1) / slices,
+            static_cast<double*>(partial.data_ptr())};
+  cudaStream_t s = cuda_detail::activate(x.device());
+  const dim3 grid(static_cast<unsigned>(slices),
+                  static_cast<unsigned>(std::min<int64_t>(b.c, 65535)));
+  visit_compute(x.dtype(),
+                [&]<class C>() { channel_partials_kernel<C, K><<<grid, kThreads, 0, s>>>(a); });
+  MIXPREC_CUDA_LAUNCHED();
+  channel_finish_kernel<K><<<cuda_detail::grid_for(b.c, kThreads), kThreads, 0, s>>>(
+      a, out1.data_ptr(), out2.defined() ? out2.data_ptr() : nullptr, out1.dtype());
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+// ------------------------------------------------------------------ element-wise by channel
+
+// Grid: grid_for(numel, 256), one thread per element in memory order e (coalesced): y[e] =
+// (x[e] - mean[c]) * (gamma[c] * invstd[c]) + beta[c], c = channel_of(e), in C, rounded once.
+template <class C> __global__ void bn_fwd_kernel(const void* x, void* y, DType dt, Blocks b,
+                                                 const C* gamma, const C* beta, const C* mean,
+                                                 const C* var, C eps, int64_t n) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = channel_of(b, e);
+    const C invstd = C(1) / ::sqrt(var[c] + eps);
+    const C scale = gamma[c] * invstd;
+    store_elem<C>(y, dt, e, (load_elem<C>(x, dt, e) - mean[c]) * scale + beta[c]);
+  }
+}
+
+// Same grid and access. dx = k * (g - dbeta/m - xhat * dgamma/m) in training, g * k in eval,
+// with k = gamma * invstd (ref::batch_norm_bwd's formula).
+template <class C>
+__global__ void bn_bwd_dx_kernel(const void* x, const void* dy, void* dx, DType dt, Blocks b,
+                                 const C* gamma, const C* mean, const C* var, const C* dgamma,
+                                 const C* dbeta, C eps, bool training, int64_t n) {
+  const C m = static_cast<C>(b.per_channel());
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = channel_of(b, e);
+    const C invstd = C(1) / ::sqrt(var[c] + eps);
+    const C k = gamma[c] * invstd;
+    const C g = load_elem<C>(dy, dt, e);
+    if (!training) {
+      store_elem<C>(dx, dt, e, g * k);
+      continue;
+    }
+    const C xhat = (load_elem<C>(x, dt, e) - mean[c]) * invstd;
+    store_elem<C>(dx, dt, e, k * (g - dbeta[c] / m - xhat * (dgamma[c] / m)));
+  }
+}
+
+// Same grid and access, in place on y: fill writes y[e] = bias[c] (bias in y's dtype, exact);
+// relu replaces v by 0 where v <= 0 (NaN stays, as ops::relu).
+__global__ void bias_relu_kernel(void* y, DType dt, Blocks b, const void* bias, bool fill,
+                                 bool relu, int64_t n) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    double v = fill ? load_elem<double>(bias, dt, channel_of(b, e)) : load_elem<double>(y, dt, e);
+    if (relu && !(v > 0 || v != v)) v = 0;
+    store_elem<double>(y, dt, e, v);
+  }
+}
+
+// ------------------------------------------------------------------ pooling
+
+struct PoolArgs {
+  const void* x;  // max: the forward input; avg: unused in backward
+  const void* dy;
+  void* out;
+  DType dt;
+  int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, pt, pl;
+  int64_t xs[4], os[4], ds[4];  // strides of x, of the output (y or dx), of dy
+};
+
+// Window (oy, ox) of max pooling, as ref::make_bins: rows [lo, hi) of the input.
+__device__ inline void window(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t in,
+                              int64_t& lo, int64_t& hi) {
+  const int64_t start = o * stride - pad;
+  const int64_t end = start + k < in + pad ? start + k : in + pad;
+  lo = start > 0 ? start : 0;
+  hi = end < in ? end : in;
+}
+
+// The first maximal cell (row-major scan) of window (oy, ox) of plane (n, c); a NaN wins (the
+// first one), as ref::argmax. Returns the offset iy * w + ix.
+template <class C>
+__device__ int64_t window_argmax(const PoolArgs& a, int64_t n, int64_t c, int64_t oy, int64_t ox) {
+  int64_t y0, y1, x0, x1;
+  window(oy, a.kh, a.sh, a.pt, a.h, y0, y1);
+  window(ox, a.kw, a.sw, a.pl, a.w, x0, x1);
+  const int64_t base = n * a.xs[0] + c * a.xs[1];
+  int64_t best = y0 * a.w + x0;
+  C bv = load_elem<C>(a.x, a.dt, base + y0 * a.xs[2] + x0 * a.xs[3]);
+  for (int64_t iy = y0; iy < y1; ++iy)
+    for (int64_t ix = x0; ix < x1; ++ix) {
+      const C v = load_elem<C>(a.x, a.dt, base + iy * a.xs[2] + ix * a.xs[3]);
+      if (v > bv || (isnan(v) && !isnan(bv))) bv = v, best = iy * a.w + ix;
+    }
+  return best;
+}
+
+// Max forward. Grid: grid_for(N*C*OH*OW, 256), one thread per output (n, c, oy, ox) in NCHW
+// index order, reading its window through x's strides (channels-last: a warp's threads read
+// neighbouring windows of one plane, C elements apart). Writes the argmax's value (no rounding).
+template <class C> __global__ void max_pool_fwd_kernel(PoolArgs a) {
+  const int64_t total = a.n * a.c * a.oh * a.ow;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ox = t % a.ow, oy = t / a.ow % a.oh, c = t / (a.ow * a.oh) % a.c,
+                  n = t / (a.ow * a.oh * a.c);
+    const int64_t m = window_argmax<C>(a, n, c, oy, ox);
+    const C v =
+        load_elem<C>(a.x, a.dt, n * a.xs[0] + c * a.xs[1] + m / a.w * a.xs[2] + m % a.w * a.xs[3]);
+    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + oy * a.os[2] + ox * a.os[3], v);
+  }
+}
+
+// Max backward, as a gather (no atomics): grid_for(N*C*H*W, 256), one thread per input cell
+// (n, c, iy, ix) visiting the windows that contain it in (oy, ox) order, recomputing each one's
+// argmax and adding dy where it is this cell: the reference's order of additions, in C, one
+// rounding. Invariant: windows are never empty (pool_geometry's output-size rule).
+template <class C> __global__ void max_pool_bwd_kernel(PoolArgs a) {
+  const int64_t total = a.n * a.c * a.h * a.w;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ix = t % a.w, iy = t / a.w % a.h, c = t / (a.w * a.h) % a.c,
+                  n = t / (a.w * a.h * a.c);
+    // Windows with start <= i < start + k: o in [ceil((i + pad - k + 1) / s), (i + pad) / s].
+    const int64_t oy0 = ::max(int64_t{0}, (iy + a.pt - a.kh + a.sh) / a.sh);
+    const int64_t oy1 = ::min(a.oh - 1, (iy + a.pt) / a.sh);
+    const int64_t ox0 = ::max(int64_t{0}, (ix + a.pl - a.kw + a.sw) / a.sw);
+    const int64_t ox1 = ::min(a.ow - 1, (ix + a.pl) / a.sw);
+    C acc = 0;
+    for (int64_t oy = oy0; oy <= oy1; ++oy)
+      for (int64_t ox = ox0; ox <= ox1; ++ox)
+        if (window_argmax<C>(a, n, c, oy, ox) == iy * a.w + ix)
+          acc += load_elem<C>(a.dy, a.dt, n * a.ds[0] + c * a.ds[1] + oy * a.ds[2] + ox * a.ds[3]);
+    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + iy * a.os[2] + ix * a.os[3], acc);
+  }
+}
+
+// Global average forward: grid_for(N*C, 256), one thread per (n, c) summing its H*W plane in
+// row-major order (the reference's order, so the same bits), then sum / (H*W) rounded once.
+// Channels-last: neighbouring threads read neighbouring channels (coalesced); NCHW: each thread
+// walks its own contiguous plane.
+template <class C> __global__ void global_avg_fwd_kernel(PoolArgs a) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < a.n * a.c;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = t % a.c, n = t / a.c;
+    C sum = 0;
+    for (int64_t iy = 0; iy < a.h; ++iy)
+      for (int64_t ix = 0; ix < a.w; ++ix)
+        sum += load_elem<C>(a.x, a.dt, n * a.xs[0] + c * a.xs[1] + iy * a.xs[2] + ix * a.xs[3]);
+    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1], sum / static_cast<C>(a.h * a.w));
+  }
+}
+
+// Global average backward: grid_for(N*C*H*W, 256), one thread per input cell in NCHW index
+// order: dx = dy[n, c] / (H*W), rounded once (the reference's share).
+template <class C> __global__ void global_avg_bwd_kernel(PoolArgs a) {
+  const int64_t total = a.n * a.c * a.h * a.w;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ix = t % a.w, iy = t / a.w % a.h, c = t / (a.w * a.h) % a.c,
+                  n = t / (a.w * a.h * a.c);
+    const C g = load_elem<C>(a.dy, a.dt, n * a.ds[0] + c * a.ds[1]);
+    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + iy * a.os[2] + ix * a.os[3],
+                  g / static_cast<C>(a.h * a.w));
+  }
+}
+
+void copy_strides(const Tensor& t, int64_t (&s)[4]) {
+  for (int d = 0; d < 4; ++d) s[d] = t.defined() ? t.strides()[static_cast<size_t>(d)] : 0;
+}
+
+PoolArgs pool_args(const PoolGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& out) {
+  PoolArgs a{x.defined() ? x.data_ptr() : nullptr,
+             dy.defined() ? dy.data_ptr() : nullptr,
+             out.data_ptr(),
+             out.dtype(),
+             g.n,
+             g.c,
+             g.h,
+             g.w,
+             g.oh,
+             g.ow,
+             g.kh,
+             g.kw,
+             g.stride_h,
+             g.stride_w,
+             g.pad_t,
+             g.pad_l,
+             {},
+             {},
+             {}};
+  copy_strides(x, a.xs);
+  copy_strides(out, a.os);
+  copy_strides(dy, a.ds);
+  return a;
+}
+
+template <class C> const C* cptr(const Tensor& t) { return static_cast<const C*>(t.data_ptr()); }
+
+}  // namespace
+
+// ------------------------------------------------------------------ launchers
+
+void channel_sum(const Tensor& x, const Tensor& out) {
+  channel_sums<SumKind::sum>(x, Tensor(), Tensor(), Tensor(), 0.0, out, Tensor());
+}
+
+void channel_bias_relu(const Tensor& y, const Tensor& bias, bool fill, bool relu) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  MIXPREC_ASSERT(!fill || (bias.dtype() == y.dtype() && bias.is_contiguous()),
+                 "cuda conv bias: expected a packed bias in y's dtype");
+  cudaStream_t s = cuda_detail::activate(y.device());
+  bias_relu_kernel<<<cuda_detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+      y.data_ptr(), y.dtype(), blocks_of(y), fill ? bias.data_ptr() : nullptr, fill, relu, n);
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void batch_norm_fwd(const BatchNormFwdProblem& p) {
+  const int64_t n = p.x.numel();
+  if (n == 0) return;
+  if (p.training)
+    channel_sums<SumKind::stats>(p.x, Tensor(), Tensor(), Tensor(), 0.0, p.mean, p.var);
+  cudaStream_t s = cuda_detail::activate(p.x.device());
+  visit_compute(p.x.dtype(), [&]<class C>() {
+    bn_fwd_kernel<C><<<cuda_detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+        p.x.data_ptr(), p.y.data_ptr(), p.x.dtype(), blocks_of(p.x), cptr<C>(p.gamma),
+        cptr<C>(p.beta), cptr<C>(p.mean), cptr<C>(p.var), static_cast<C>(p.eps), n);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void batch_norm_bwd(const BatchNormBwdProblem& p) {
+  const int64_t n = p.x.numel();
+  if (n == 0) return;
+  channel_sums<SumKind::bn_bwd>(p.x, p.dy, p.mean, p.var, p.eps, p.dgamma, p.dbeta);
+  cudaStream_t s = cuda_detail::activate(p.x.device());
+  visit_compute(p.x.dtype(), [&]<class C>() {
+    bn_bwd_dx_kernel<C><<<cuda_detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+        p.x.data_ptr(), p.dy.data_ptr(), p.dx.data_ptr(), p.x.dtype(), blocks_of(p.x),
+        cptr<C>(p.gamma), cptr<C>(p.mean), cptr<C>(p.var), cptr<C>(p.dgamma), cptr<C>(p.dbeta),
+        static_cast<C>(p.eps), p.training, n);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+std::string batch_norm_declines(const Tensor& x, const Tensor& other) {
+  if (!is_floating(x.dtype())) return "integer x";
+  if (!detail::fills_its_span(x)) return "x is not dense";
+  for (size_t d = 0; other.defined() && d < x.strides().size(); ++d)
+    if (x.shape()[d] != 1 && other.strides()[d] != x.strides()[d])
+      return "x and y/dy/dx differ in layout";
+  return {};
+}
+std::string batch_norm_fwd_declines(const BatchNormFwdProblem& p) {
+  return batch_norm_declines(p.x, p.y);
+}
+std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p) {
+  if (auto why = batch_norm_declines(p.x, p.dy); !why.empty()) return why;
+  return batch_norm_declines(p.x, p.dx);
+}
+
+std::string pool_fwd_declines(const PoolFwdProblem& p) {
+  if (p.g.kind == PoolKind::max && !p.g.adaptive) return {};
+  return p.g.is_global_avg() ? "" : "average pooling other than global";
+}
+std::string pool_bwd_declines(const PoolBwdProblem& p) {
+  if (p.g.kind == PoolKind::max && !p.g.adaptive) return p.x.defined() ? "" : "no forward input";
+  return p.g.is_global_avg() ? "" : "average pooling other than global";
+}
+
+void pool_fwd(const PoolFwdProblem& p) {
+  if (p.y.numel() == 0) return;
+  const PoolArgs a = pool_args(p.g, p.x, Tensor(), p.y);
+  cudaStream_t s = cuda_detail::activate(p.x.device());
+  const bool is_max = p.g.kind == PoolKind::max;
+  const int64_t threads = is_max ? p.y.numel() : p.g.n * p.g.c;
+  visit_compute(p.x.dtype(), [&]<class C>() {
+    if (is_max)
+      max_pool_fwd_kernel<C><<<cuda_detail::grid_for(threads, kThreads), kThreads, 0, s>>>(a);
+    else
+      global_avg_fwd_kernel<C><<<cuda_detail::grid_for(threads, kThreads), kThreads, 0, s>>>(a);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void pool_bwd(const PoolBwdProblem& p) {
+  if (p.dx.numel() == 0) return;
+  const bool is_max = p.g.kind == PoolKind::max;
+  const PoolArgs a = pool_args(p.g, is_max ? p.x : Tensor(), p.dy, p.dx);
+  cudaStream_t s = cuda_detail::activate(p.dy.device());
+  visit_compute(p.dy.dtype(), [&]<class C>() {
+    if (is_max)
+      max_pool_bwd_kernel<C><<<cuda_detail::grid_for(p.dx.numel(), kThreads), kThreads, 0, s>>>(a);
+    else
+      global_avg_bwd_kernel<C>
+          <<<cuda_detail::grid_for(p.dx.numel(), kThreads), kThreads, 0, s>>>(a);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+}  // namespace mixprec::ops::cuda

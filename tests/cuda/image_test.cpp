@@ -1,0 +1,293 @@
+// The CUDA image kernels against the reference kernels on the same inputs: cuDNN convolutions
+// (forward with bias and ReLU, backward-data, backward-weights; the GEMM error model of
+// ops/gemm_test_util.h with K the reduction length), BatchNorm (training and eval, forward and
+// backward) and pooling (max, global average), in every dtype, NCHW and channels-last.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cuda_test_util.h"
+#include "mixprec/cuda.h"
+#include "ops/conv_problem.h"
+#include "ops/gemm_test_util.h"
+#include "ops/layout.h"
+#include "ops/norm_problem.h"
+#include "ops/pool_problem.h"
+
+namespace mixprec {
+namespace {
+
+using namespace testing;
+using ops::Conv2dOptions;
+using ops::PadMode;
+using ops::Pool2dOptions;
+using ops::detail::ImageLayout;
+constexpr DType kFloats[] = {DType::f32, DType::f16, DType::bf16, DType::f64};
+constexpr ImageLayout kLayouts[] = {ImageLayout::nchw, ImageLayout::nhwc};
+
+const char* layout_name(ImageLayout l) { return l == ImageLayout::nhwc ? "nhwc" : "nchw"; }
+
+// t (NCHW values) in layout l and dtype d on `dev`.
+Tensor image_on(const Tensor& t, ImageLayout l, DType d, Device dev) {
+  return ops::detail::to_image(t.astype(d), l).to(dev);
+}
+Tensor empty_on(const Shape& s, DType d, ImageLayout l, Device dev) {
+  Tensor t = ops::detail::empty_image(s, d, l, dev);
+  t.fill_(0.0);
+  return t;
+}
+
+// ---------------------------------------------------------------- convolution
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dOptions o;
+  bool bias, relu;
+};
+
+std::vector<ConvCase> conv_cases() {
+  Conv2dOptions pad1{.pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}};
+  Conv2dOptions strided{
+      .stride = {2, 2}, .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}, .groups = 2};
+  Conv2dOptions dilated{.pad_mode = PadMode::pad, .padding = {2, 2, 1, 1}, .dilation = {2, 1}};
+  return {{{3, 8, 9, 10}, {16, 8, 3, 3}, pad1, true, true},
+          {{2, 6, 11, 7}, {4, 3, 3, 3}, strided, true, false},
+          {{2, 5, 8, 9}, {7, 5, 3, 2}, dilated, false, true},
+          {{4, 16, 6, 6}, {8, 16, 1, 1}, {}, false, false}};
+}
+
+TEST(CudaConv, CudnnForwardBackwardDataAndWeightsMatchTheReference) {
+  for (const ConvCase& cc : conv_cases())
+    for (DType d : kFloats)
+      for (ImageLayout l : kLayouts) {
+        const ops::ConvGeometry g = ops::conv_geometry(cc.x, cc.w, cc.o);
+        const std::string what = g.str() + " " + std::string(dtype_name(d)) + " " + layout_name(l);
+        const Tensor x = random(cc.x, 40, DType::f64, -1, 1),
+                     w = random(cc.w, 41, DType::f64, -1, 1);
+        const Tensor b = cc.bias ? random({g.cout}, 42, DType::f64, -1, 1) : Tensor();
+        const Tensor dy = random(g.out_shape(), 43, DType::f64, -1, 1);
+        auto fwd = [&](Device dev) {
+          return ops::ConvFwdProblem{image_on(x, l, d, dev),
+                                     w.astype(d).to(dev),
+                                     b.defined() ? b.astype(d).to(dev) : Tensor(),
+                                     empty_on(g.out_shape(), d, l, dev),
+                                     g,
+                                     cc.relu};
+        };
+        ops::ConvFwdProblem fc = fwd(Device::cpu()), fg = fwd(kGpu);
+        run_ref(fc);
+        run_cuda(fg);
+        const int64_t k = g.cin_g() * g.kh * g.kw;
+        EXPECT_TRUE(all_close(fg.y.to(Device::cpu()), fc.y, gemm_tolerance(d, k, max_abs(fc.y))))
+            << "forward " << what;
+        EXPECT_EQ(ops::detail::layout_of(fg.y), l) << what;
+
+        auto bwd_data = [&](Device dev) {
+          return ops::ConvBwdDataProblem{image_on(dy, l, d, dev), w.astype(d).to(dev),
+                                         empty_on(cc.x, d, l, dev), g};
+        };
+        ops::ConvBwdDataProblem dc = bwd_data(Device::cpu()), dg = bwd_data(kGpu);
+        run_ref(dc);
+        run_cuda(dg);
+        const int64_t kd = g.cout_g() * g.kh * g.kw;
+        EXPECT_TRUE(
+            all_close(dg.dx.to(Device::cpu()), dc.dx, gemm_tolerance(d, kd, max_abs(dc.dx))))
+            << "backward data " << what;
+
+        const DType acc = acc_dtype(d);
+        auto bwd_w = [&](Device dev) {
+          const TensorOptions o{.dtype = acc, .device = dev};
+          return ops::ConvBwdWeightsProblem{image_on(x, l, d, dev), image_on(dy, l, d, dev),
+                                            zeros({g.cout, g.cin_g(), g.kh, g.kw}, o),
+                                            zeros({g.cout}, o), g};
+        };
+        ops::ConvBwdWeightsProblem wc = bwd_w(Device::cpu()), wg = bwd_w(kGpu);
+        run_ref(wc);
+        run_cuda(wg);
+        // dw and db are acc-dtype sums of exact products of the operands: f32 accumulation.
+        const int64_t kw = g.n * g.oh * g.ow;
+        EXPECT_TRUE(
+            all_close(wg.dw.to(Device::cpu()), wc.dw, gemm_tolerance(acc, kw, max_abs(wc.dw))))
+            << "backward weights " << what;
+        EXPECT_TRUE(
+            all_close(wg.db.to(Device::cpu()), wc.db, gemm_tolerance(acc, kw, max_abs(wc.db))))
+            << "bias gradient " << what;
+      }
+}
+
+TEST(CudaConv, F32IsNotRoundedToTf32UnlessAsked) {
+  // Values with 23 significant bits: TF32 (10 bits) would be off by ~1e-3 relative.
+  const ConvCase cc = conv_cases()[0];
+  const ops::ConvGeometry g = ops::conv_geometry(cc.x, cc.w, cc.o);
+  const Tensor x = random(cc.x, 44, DType::f64, 1, 2), w = random(cc.w, 45, DType::f64, 1, 2);
+  auto fwd = [&](Device dev) {
+    return ops::ConvFwdProblem{image_on(x, ImageLayout::nhwc, DType::f32, dev),
+                               w.astype(DType::f32).to(dev),
+                               Tensor(),
+                               empty_on(g.out_shape(), DType::f32, ImageLayout::nhwc, dev),
+                               g,
+                               false};
+  };
+  ops::ConvFwdProblem fc = fwd(Device::cpu()), fg = fwd(kGpu);
+  run_ref(fc);
+  run_cuda(fg);
+  EXPECT_TRUE(all_close(fg.y.to(Device::cpu()), fc.y, tolerance_for(DType::f32)));
+}
+
+TEST(CudaConv, AsymmetricPaddingIsDeclinedWithAReason) {
+  const Conv2dOptions same{.pad_mode = PadMode::same};
+  const ops::ConvGeometry g = ops::conv_geometry({1, 2, 6, 6}, {2, 2, 2, 2}, same);
+  ASSERT_NE(g.pad_t, g.pad_b);
+  const TensorOptions o{.device = kGpu};
+  ops::ConvFwdProblem p{
+      zeros({1, 2, 6, 6}, o), zeros({2, 2, 2, 2}, o), Tensor(), zeros(g.out_shape(), o), g, false};
+  EXPECT_NE(cuda_declines(p).find("asymmetric padding"), std::string::npos) << cuda_declines(p);
+}
+
+// ---------------------------------------------------------------- batch norm
+
+TEST(CudaBatchNorm, TrainingAndEvalForwardAndBackwardMatchTheReference) {
+  // The second shape has 12800 values a channel: the statistics are split into two slices.
+  for (const Shape& s : {Shape{6, 5, 7, 9}, Shape{8, 3, 40, 40}})
+    for (DType d : kFloats)
+      for (ImageLayout l : kLayouts)
+        for (bool training : {true, false}) {
+          const std::string what = shape_str(s) + " " + std::string(dtype_name(d)) + " " +
+                                   layout_name(l) + (training ? " training" : " eval");
+          const DType c = acc_dtype(d);
+          const int64_t ch = s[1];
+          const Tensor x = random(s, 50, DType::f64, -2, 3), dy = random(s, 51, DType::f64, -1, 1);
+          const Tensor gamma = random({ch}, 52, c, 0.5, 1.5), beta = random({ch}, 53, c);
+          const Tensor rmean = random({ch}, 54, c), rvar = random({ch}, 55, c, 0.5, 2);
+          auto fwd = [&](Device dev) {
+            const TensorOptions o{.dtype = c, .device = dev};
+            ops::BatchNormFwdProblem p{image_on(x, l, d, dev),
+                                       gamma.to(dev),
+                                       beta.to(dev),
+                                       training ? zeros({ch}, o) : rmean.to(dev),
+                                       training ? zeros({ch}, o) : rvar.to(dev),
+                                       empty_on(s, d, l, dev),
+                                       training,
+                                       1e-5};
+            return p;
+          };
+          ops::BatchNormFwdProblem fc = fwd(Device::cpu()), fg = fwd(kGpu);
+          run_ref(fc);
+          run_cuda(fg);
+          EXPECT_TRUE(gpu_close(fg.y, fc.y, d, 2.0)) << what;
+          EXPECT_TRUE(gpu_close(fg.mean, fc.mean, c, 2.0)) << what;
+          EXPECT_TRUE(gpu_close(fg.var, fc.var, c, 2.0)) << what;
+          auto bwd = [&](Device dev) {
+            const TensorOptions o{.dtype = c, .device = dev};
+            return ops::BatchNormBwdProblem{image_on(x, l, d, dev),
+                                            image_on(dy, l, d, dev),
+                                            gamma.to(dev),
+                                            fc.mean.to(dev),
+                                            fc.var.to(dev),
+                                            empty_on(s, d, l, dev),
+                                            zeros({ch}, o),
+                                            zeros({ch}, o),
+                                            training,
+                                            1e-5};
+          };
+          ops::BatchNormBwdProblem bc = bwd(Device::cpu()), bg = bwd(kGpu);
+          run_ref(bc);
+          run_cuda(bg);
+          const int64_t m = x.numel() / ch;
+          EXPECT_TRUE(gpu_close(bg.dx, bc.dx, d, 4.0)) << what;
+          EXPECT_TRUE(all_close(bg.dgamma.to(Device::cpu()), bc.dgamma,
+                                gemm_tolerance(c, m, max_abs(bc.dgamma))))
+              << what;
+          EXPECT_TRUE(all_close(bg.dbeta.to(Device::cpu()), bc.dbeta,
+                                gemm_tolerance(c, m, max_abs(bc.dbeta))))
+              << what;
+        }
+}
+
+TEST(CudaBatchNorm, AConstantChannelHasItsValueAsMeanAndZeroVariance) {
+  for (ImageLayout l : kLayouts) {
+    Tensor x = random({4, 3, 5, 5}, 56, DType::f64, -1, 1);
+    x.slice(1, 1, 2).fill_(0.3);  // channel 1 constant
+    const TensorOptions o{.device = kGpu};
+    ops::BatchNormFwdProblem p{image_on(x, l, DType::f32, kGpu),
+                               ones({3}, o),
+                               zeros({3}, o),
+                               zeros({3}, o),
+                               zeros({3}, o),
+                               empty_on({4, 3, 5, 5}, DType::f32, l, kGpu),
+                               true,
+                               1e-5};
+    run_cuda(p);
+    EXPECT_EQ(p.mean.to(Device::cpu()).to_vector<float>()[1], 0.3f) << layout_name(l);
+    EXPECT_EQ(p.var.to(Device::cpu()).to_vector<float>()[1], 0.0f) << layout_name(l);
+  }
+}
+
+// ---------------------------------------------------------------- pooling
+
+// Values on a coarse grid (many ties: the first maximum must win) with one NaN.
+Tensor pool_input(const Shape& s) {
+  Tensor x = random(s, 60, DType::f64, -4, 4);
+  std::vector<double> v = x.to_vector<double>();
+  for (double& e : v) e = std::round(e);
+  v[7] = std::numeric_limits<double>::quiet_NaN();
+  return Tensor::from_vector<double>(v, s);
+}
+
+void check_pool(const ops::PoolGeometry& g, const Tensor& x, DType d, ImageLayout l,
+                const std::string& what) {
+  const Tensor dy = random(g.out_shape(), 61, DType::f64, -1, 1);
+  auto fwd = [&](Device dev) {
+    return ops::PoolFwdProblem{image_on(x, l, d, dev), empty_on(g.out_shape(), d, l, dev), nullptr,
+                               g};
+  };
+  ops::PoolFwdProblem fc = fwd(Device::cpu()), fg = fwd(kGpu);
+  run_ref(fc);
+  run_cuda(fg);
+  EXPECT_TRUE(gpu_close(fg.y, fc.y, d)) << "forward " << what;
+  auto bwd = [&](Device dev) {
+    return ops::PoolBwdProblem{image_on(dy, l, d, dev), image_on(x, l, d, dev), Tensor(),
+                               empty_on(g.in_shape(), d, l, dev), g};
+  };
+  ops::PoolBwdProblem bc = bwd(Device::cpu()), bg = bwd(kGpu);
+  run_ref(bc);
+  run_cuda(bg);
+  EXPECT_TRUE(gpu_close(bg.dx, bc.dx, d)) << "backward " << what;
+}
+
+TEST(CudaPool, MaxPoolingForwardAndBackwardMatchTheReferenceWithTiesAndNan) {
+  const Shape s{2, 3, 9, 11};
+  const Tensor x = pool_input(s);
+  const Pool2dOptions k3s2{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  const Pool2dOptions ceil{.kernel = {2, 3}, .stride = {2, 2}, .ceil_mode = true};
+  for (const Pool2dOptions& o : {k3s2, ceil, Pool2dOptions{}})
+    for (DType d : kFloats)
+      for (ImageLayout l : kLayouts) {
+        const ops::PoolGeometry g = ops::pool_geometry(ops::PoolKind::max, s, o, "max_pool2d");
+        check_pool(g, x, d, l, g.str() + " " + std::string(dtype_name(d)) + " " + layout_name(l));
+      }
+}
+
+TEST(CudaPool, GlobalAveragePoolingForwardAndBackwardMatchTheReference) {
+  const Shape s{3, 5, 7, 6};
+  const Tensor x = random(s, 62, DType::f64, -2, 2);
+  const ops::PoolGeometry g = ops::adaptive_geometry(s, 1, 1);
+  ASSERT_TRUE(g.is_global_avg());
+  for (DType d : kFloats)
+    for (ImageLayout l : kLayouts)
+      check_pool(g, x, d, l,
+                 std::string("global avg ") + std::string(dtype_name(d)) + " " + layout_name(l));
+}
+
+TEST(CudaPool, AveragePoolingOtherThanGlobalIsDeclined) {
+  const ops::PoolGeometry g =
+      ops::pool_geometry(ops::PoolKind::avg, {1, 2, 6, 6}, {}, "avg_pool2d");
+  const TensorOptions o{.device = kGpu};
+  ops::PoolFwdProblem p{zeros({1, 2, 6, 6}, o), zeros(g.out_shape(), o), nullptr, g};
+  EXPECT_NE(cuda_declines(p).find("average pooling other than global"), std::string::npos)
+      << cuda_declines(p);
+}
+
+}  // namespace
+}  // namespace mixprec
