@@ -289,5 +289,52 @@ TEST(CudaPool, AveragePoolingOtherThanGlobalIsDeclined) {
       << cuda_declines(p);
 }
 
+// ---------------------------------------------------------------- the ops, through autograd
+
+// conv2d (bias, fused ReLU) -> batch_norm (training) -> max_pool2d -> conv2d 1x1 ->
+// adaptive_avg_pool2d(1, 1), forward and backward through the ops on `dev`: the output and the
+// gradients of x, the weights and gamma, on the CPU.
+std::vector<Tensor> small_cnn(Device dev, DType d) {
+  auto leaf = [&](const Tensor& t) {
+    Tensor g = t.astype(d).to(dev);
+    g.set_requires_grad(true);
+    return g;
+  };
+  Tensor x = leaf(random({4, 3, 12, 12}, 70)), w1 = leaf(random({8, 3, 3, 3}, 71));
+  Tensor b1 = leaf(random({8}, 72)), gamma = leaf(random({8}, 73, DType::f64, 0.5, 1.5));
+  Tensor beta = leaf(random({8}, 74)), w2 = leaf(random({5, 8, 1, 1}, 75));
+  Tensor no_mean, no_var;  // no running statistics
+  const Conv2dOptions c1{
+      .pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}, .activation = ops::Activation::relu};
+  Tensor y = ops::conv2d(x, w1, b1, c1);
+  y = ops::batch_norm(y, gamma, beta, no_mean, no_var, {.training = true});
+  y = ops::max_pool2d(y, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  y = ops::adaptive_avg_pool2d(ops::conv2d(y, w2), {1, 1});
+  const Tensor gy = random(y.shape(), 76).astype(d).to(dev);
+  ops::sum(ops::mul(y, gy)).backward();
+  std::vector<Tensor> out{y.detach()};
+  for (const Tensor* t : {&x, &w1, &b1, &gamma, &beta, &w2}) out.push_back(t->grad());
+  for (Tensor& t : out) t = t.to(Device::cpu());
+  return out;
+}
+
+TEST(CudaImageOps, ASmallCnnTrainsTheSameOnTheDeviceAsOnTheCpu) {
+  // (Not f16/bf16: a ReLU output within rounding of 0 on one device and not on the other would
+  // move a max-pooling argmax, a legitimate difference this chain cannot tell from a bug.)
+  for (DType d : {DType::f32, DType::f64}) {
+    const std::vector<Tensor> cpu = small_cnn(Device::cpu(), d), dev = small_cnn(kGpu, d);
+    const char* names[] = {"y", "dx", "dw1", "db1", "dgamma", "dbeta", "dw2"};
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      ASSERT_TRUE(dev[i].defined()) << names[i];
+      // Errors of several chained ops: the table's relative tolerance times 20, and an absolute
+      // part relative to the largest value.
+      Tolerance tol = tolerance_for(cpu[i].dtype());
+      tol.rel *= 20;
+      tol.abs = tol.rel * max_abs(cpu[i]);
+      EXPECT_TRUE(all_close(dev[i], cpu[i], tol)) << names[i] << " " << dtype_name(d);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mixprec

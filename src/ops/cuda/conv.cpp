@@ -103,10 +103,12 @@ struct Descs {
         CUDNN_CROSS_CORRELATION, dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     DNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(g.groups)));
     // f16/bf16: tensor cores. f32 widened from f16/bf16 (backward-weights): TF32 rounds nothing
-    // (their significands fit in TF32's 10 bits). Plain f32: TF32 only when asked.
-    if (dt == DType::f16 || dt == DType::bf16)
+    // (their significands fit in TF32's 10 bits). Plain f32: TF32 only when asked. f64: FMA.
+    if (dt == DType::f16 || dt == DType::bf16 || (dt == DType::f32 && low_widened))
       wanted = CUDNN_TENSOR_OP_MATH;
-    else if (dt == DType::f32 && !low_widened && !mixprec::cuda::allow_tf32())
+    else if (dt == DType::f32 && mixprec::cuda::allow_tf32())
+      wanted = CUDNN_TENSOR_OP_MATH;
+    else if (dt == DType::f32)
       wanted = CUDNN_FMA_MATH, exact_f32 = true;
     DNN_CHECK(cudnnSetConvolutionMathType(conv, wanted));
     for (int64_t v : {int64_t(dir), int64_t(dt), int64_t(l), int64_t(wanted), g.n,
@@ -124,15 +126,15 @@ struct Descs {
   Descs(const Descs&) = delete;
   Descs& operator=(const Descs&) = delete;
 
-  // The first of cuDNN's heuristic ranking that succeeds, fits kMaxWorkspace and (exact f32)
-  // uses no tensor cores.
+  // The first of cuDNN's heuristic ranking that succeeds, fits kMaxWorkspace, never converts
+  // operands down (TENSOR_OP_MATH_ALLOW_CONVERSION may run f32 or bf16 data as f16) and, for
+  // exact f32, uses no tensor cores.
   template <class Perf> std::optional<Choice> pick(const std::vector<Perf>& perfs, int n) const {
     for (int k = 0; k < n; ++k) {
       const Perf& pf = perfs[static_cast<size_t>(k)];
       if (pf.status != CUDNN_STATUS_SUCCESS || pf.memory > kMaxWorkspace) continue;
-      if (exact_f32 && (pf.mathType == CUDNN_TENSOR_OP_MATH ||
-                        pf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-        continue;
+      if (pf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+      if (exact_f32 && pf.mathType == CUDNN_TENSOR_OP_MATH) continue;
       return Choice{static_cast<int>(pf.algo), exact_f32 ? CUDNN_FMA_MATH : pf.mathType, pf.memory};
     }
     return std::nullopt;
@@ -179,6 +181,14 @@ Tensor workspace(const Choice& c, Device dev) {
                        {.dtype = DType::u8, .device = dev});
 }
 
+// cuDNN's alpha and beta: a double for f64 data, else a float.
+struct Scalar {
+  double d;
+  float f;
+  const void* ptr(bool f64) const { return f64 ? static_cast<const void*>(&d) : &f; }
+};
+constexpr Scalar kOne{1.0, 1.0f}, kZero{0.0, 0.0f};
+
 // `out` itself when it is in layout l, else a fresh tensor in l to be copied into out after.
 Tensor output_in(const Tensor& out, ImageLayout l) {
   return detail::has_layout(out, l) ? out : empty_image(out.shape(), out.dtype(), l, out.device());
@@ -207,9 +217,10 @@ std::string conv_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
   return declines_common(p.g, p.dy.dtype(), p);
 }
 
-// y = relu(conv(x, w) + b). The bias is written into y first and cuDNN blends onto it (beta = 1,
-// in its f32 epilogue, before the one rounding into y's dtype); the ReLU then runs in place
-// (exact: rounding commutes with max(v, 0); NaN propagates as in ops::relu).
+// y = relu(conv(x, w) + b). The bias is written into y first and cuDNN blends the convolution
+// onto it (beta = 1; for f16/bf16 data the blend is in its f32 compute type, so y is rounded
+// once, as the reference's); the ReLU then runs in place (exact: rounding commutes with
+// max(v, 0); NaN propagates as in ops::relu).
 void conv_fwd(const ConvFwdProblem& p) {
   if (p.y.numel() == 0) return;
   const Device dev = p.y.device();
@@ -229,13 +240,11 @@ void conv_fwd(const ConvFwdProblem& p) {
     cudnnHandle_t h = prepare(pd, dev, d, c);
     if (p.b.defined()) channel_bias_relu(y, p.b, /*fill=*/true, false);
     const Tensor ws = workspace(c, dev);
-    const double one64 = 1.0, beta64 = p.b.defined() ? 1.0 : 0.0;
-    const float one32 = 1.0f, beta32 = p.b.defined() ? 1.0f : 0.0f;
     const bool f64 = dt == DType::f64;
-    DNN_CHECK(cudnnConvolutionForward(
-        h, f64 ? static_cast<const void*>(&one64) : &one32, d.x, x.data_ptr(), d.w, w.data_ptr(),
-        d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
-        f64 ? static_cast<const void*>(&beta64) : &beta32, d.y, y.data_ptr()));
+    DNN_CHECK(cudnnConvolutionForward(h, kOne.ptr(f64), d.x, x.data_ptr(), d.w, w.data_ptr(),
+                                      d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
+                                      ws.data_ptr(), c.workspace,
+                                      (p.b.defined() ? kOne : kZero).ptr(f64), d.y, y.data_ptr()));
   }
   if (p.relu) channel_bias_relu(y, Tensor(), false, true);
   if (!y.same(p.y)) Tensor(p.y).copy_(y);
@@ -256,13 +265,11 @@ void conv_bwd_data(const ConvBwdDataProblem& p) {
     const Choice c = choose(pd, d, Dir::bwd_data, p.describe());
     cudnnHandle_t h = prepare(pd, dev, d, c);
     const Tensor ws = workspace(c, dev);
-    const double one64 = 1.0, zero64 = 0.0;
-    const float one32 = 1.0f, zero32 = 0.0f;
     const bool f64 = dt == DType::f64;
     DNN_CHECK(cudnnConvolutionBackwardData(
-        h, f64 ? static_cast<const void*>(&one64) : &one32, d.w, w.data_ptr(), d.y, dy.data_ptr(),
-        d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
-        f64 ? static_cast<const void*>(&zero64) : &zero32, d.x, dx.data_ptr()));
+        h, kOne.ptr(f64), d.w, w.data_ptr(), d.y, dy.data_ptr(), d.conv,
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
+        kZero.ptr(f64), d.x, dx.data_ptr()));
   }
   if (!dx.same(p.dx)) Tensor(p.dx).copy_(dx);
 }
@@ -287,13 +294,11 @@ void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
     const Choice c = choose(pd, d, Dir::bwd_weights, p.describe());
     cudnnHandle_t h = prepare(pd, dev, d, c);
     const Tensor ws = workspace(c, dev);
-    const double one64 = 1.0, zero64 = 0.0;
-    const float one32 = 1.0f, zero32 = 0.0f;
     const bool f64 = dt == DType::f64;
     DNN_CHECK(cudnnConvolutionBackwardFilter(
-        h, f64 ? static_cast<const void*>(&one64) : &one32, d.x, x.data_ptr(), d.y, dy.data_ptr(),
-        d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
-        f64 ? static_cast<const void*>(&zero64) : &zero32, d.w, dw.data_ptr()));
+        h, kOne.ptr(f64), d.x, x.data_ptr(), d.y, dy.data_ptr(), d.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
+        kZero.ptr(f64), d.w, dw.data_ptr()));
   }
   if (!dw.same(p.dw)) Tensor(p.dw).copy_(dw);
 }
