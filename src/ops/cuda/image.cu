@@ -69,37 +69,55 @@ struct SumArgs {
   double* partial;            // [C][slices][2]
 };
 
+// One channel's term of the sums (the SumKind table above): set up once per channel (the shift,
+// or the mean and 1/std), then added element by element into s1, s2.
+template <class C, SumKind K> struct Term {
+  double shift = 0;
+  C mu = 0, invstd = 0;
+  __device__ Term(const SumArgs& a, int64_t c) {
+    if constexpr (K == SumKind::stats)
+      shift = load_elem<double>(a.x, a.dt, channel_elem(a.b, c, 0));
+    if constexpr (K == SumKind::bn_bwd) {
+      mu = static_cast<const C*>(a.mean)[c];
+      invstd = C(1) / ::sqrt(static_cast<const C*>(a.var)[c] + static_cast<C>(a.eps));
+    }
+  }
+  __device__ void add(const SumArgs& a, int64_t e, double& s1, double& s2) const {
+    if constexpr (K == SumKind::stats) {
+      const double d = load_elem<double>(a.x, a.dt, e) - shift;
+      s1 += d;
+      s2 += d * d;
+    } else if constexpr (K == SumKind::bn_bwd) {
+      const C g = load_elem<C>(a.dy, a.dt, e);
+      s1 += g;
+      s2 += g * (load_elem<C>(a.x, a.dt, e) - mu) * invstd;
+    } else {
+      s1 += load_elem<double>(a.x, a.dt, e);
+    }
+  }
+};
+
+// The rows [lo, hi) of slice `s` of a channel's m elements.
+__device__ inline void slice_range(const SumArgs& a, int64_t s, int64_t& lo, int64_t& hi) {
+  const int64_t m = a.b.per_channel();
+  lo = s * a.slice_len;
+  hi = lo + a.slice_len < m ? lo + a.slice_len : m;
+}
+
+// Channels with inner > 1 (NCHW: a channel's elements are runs of `inner` contiguous values).
 // Grid: (slices, min(C, 65535)) blocks of 256 threads; block (s, cy) takes slice s of channels
-// cy, cy + gridDim.y, ...; its threads stride the slice (t, t + 256, ...): coalesced when inner
-// > 1 (NCHW: a channel's run is contiguous), 32 loads C elements apart when inner == 1
-// (channels-last: correct, not bandwidth-optimal). Then a shared-memory tree halves 256 partial
-// pairs to one, written by thread 0. Invariant: blockDim.x == 256 (the tree's size).
+// cy, cy + gridDim.y, ...; its threads stride the slice (t, t + 256, ...): coalesced within each
+// run. A shared-memory tree then halves 256 partial pairs to one, written by thread 0.
+// Invariant: blockDim.x == 256 (the tree's size).
 template <class C, SumKind K> __global__ void channel_partials_kernel(SumArgs a) {
   __shared__ double s1s[kThreads], s2s[kThreads];
   for (int64_t c = blockIdx.y; c < a.b.c; c += gridDim.y) {
-    const int64_t lo = blockIdx.x * a.slice_len, m = a.b.per_channel();
-    const int64_t hi = lo + a.slice_len < m ? lo + a.slice_len : m;
+    int64_t lo, hi;
+    slice_range(a, blockIdx.x, lo, hi);
+    const Term<C, K> term(a, c);
     double s1 = 0, s2 = 0;
-    if constexpr (K == SumKind::stats) {
-      const double shift = load_elem<double>(a.x, a.dt, channel_elem(a.b, c, 0));
-      for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads) {
-        const double d = load_elem<double>(a.x, a.dt, channel_elem(a.b, c, k)) - shift;
-        s1 += d;
-        s2 += d * d;
-      }
-    } else if constexpr (K == SumKind::bn_bwd) {
-      const C mu = static_cast<const C*>(a.mean)[c];
-      const C invstd = C(1) / ::sqrt(static_cast<const C*>(a.var)[c] + static_cast<C>(a.eps));
-      for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads) {
-        const int64_t e = channel_elem(a.b, c, k);
-        const C g = load_elem<C>(a.dy, a.dt, e);
-        s1 += g;
-        s2 += g * (load_elem<C>(a.x, a.dt, e) - mu) * invstd;
-      }
-    } else {
-      for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads)
-        s1 += load_elem<double>(a.x, a.dt, channel_elem(a.b, c, k));
-    }
+    for (int64_t k = lo + threadIdx.x; k < hi; k += kThreads)
+      term.add(a, channel_elem(a.b, c, k), s1, s2);
     s1s[threadIdx.x] = s1;
     s2s[threadIdx.x] = s2;
     __syncthreads();
@@ -116,6 +134,32 @@ template <class C, SumKind K> __global__ void channel_partials_kernel(SumArgs a)
       out[1] = s2s[0];
     }
     __syncthreads();  // the shared arrays are reused by the next channel
+  }
+}
+
+// Channels-last (inner == 1: element k of channel c at k * C + c). Grid: (slices,
+// ceil(C / 32)) blocks of 32 x 8 threads; block (s, cb) takes channels cb*32 + threadIdx.x
+// (lanes beyond C idle) over the rows of slice s, threadIdx.y striding them by 8: a warp reads 32
+// neighbouring channels of one row (coalesced). The 8 partial pairs of a channel are then added
+// in order (y = 0..7) by the y = 0 thread. Invariant: blockDim == (32, 8).
+template <class C, SumKind K> __global__ void channel_partials_cl_kernel(SumArgs a) {
+  __shared__ double s1s[8][32], s2s[8][32];
+  const int64_t c = int64_t{blockIdx.y} * 32 + threadIdx.x;
+  double s1 = 0, s2 = 0;
+  if (c < a.b.c) {
+    int64_t lo, hi;
+    slice_range(a, blockIdx.x, lo, hi);
+    const Term<C, K> term(a, c);
+    for (int64_t k = lo + threadIdx.y; k < hi; k += 8) term.add(a, k * a.b.c + c, s1, s2);
+  }
+  s1s[threadIdx.y][threadIdx.x] = s1;
+  s2s[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < a.b.c) {
+    for (int y = 1; y < 8; ++y) s1 += s1s[y][threadIdx.x], s2 += s2s[y][threadIdx.x];
+    double* out = a.partial + (c * a.slices + blockIdx.x) * 2;
+    out[0] = s1;
+    out[1] = s2;
   }
 }
 
@@ -154,7 +198,10 @@ template <SumKind K> void channel_sums(const Tensor& x, const Tensor& dy, const 
   const Blocks b = blocks_of(x);
   if (b.c == 0) return;
   const int64_t m = b.per_channel();
-  const int64_t slices = std::clamp<int64_t>((m + 8191) / 8192, 1, 256);
+  // Channels-last: 512 rows a slice (64 a thread); otherwise 8192 values (32 a thread).
+  const bool cl = b.inner == 1 && b.c > 1 && (b.c + 31) / 32 <= 65535;
+  const int64_t per_slice = cl ? 512 : 8192;
+  const int64_t slices = std::clamp<int64_t>((m + per_slice - 1) / per_slice, 1, cl ? 4096 : 256);
   const Tensor partial =
       Tensor::empty({b.c, slices, 2}, {.dtype = DType::f64, .device = x.device()});
   SumArgs a{b,
@@ -168,10 +215,16 @@ template <SumKind K> void channel_sums(const Tensor& x, const Tensor& dy, const 
             (m + slices - 1) / slices,
             static_cast<double*>(partial.data_ptr())};
   cudaStream_t s = cuda_detail::activate(x.device());
-  const dim3 grid(static_cast<unsigned>(slices),
-                  static_cast<unsigned>(std::min<int64_t>(b.c, 65535)));
-  visit_compute(x.dtype(),
-                [&]<class C>() { channel_partials_kernel<C, K><<<grid, kThreads, 0, s>>>(a); });
+  visit_compute(x.dtype(), [&]<class C>() {
+    if (cl)
+      channel_partials_cl_kernel<C, K>
+          <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>((b.c + 31) / 32)),
+             dim3(32, 8), 0, s>>>(a);
+    else
+      channel_partials_kernel<C, K><<<dim3(static_cast<unsigned>(slices),
+                                           static_cast<unsigned>(std::min<int64_t>(b.c, 65535))),
+                                      kThreads, 0, s>>>(a);
+  });
   MIXPREC_CUDA_LAUNCHED();
   channel_finish_kernel<K><<<cuda_detail::grid_for(b.c, kThreads), kThreads, 0, s>>>(
       a, out1.data_ptr(), out2.defined() ? out2.data_ptr() : nullptr, out1.dtype());
@@ -237,7 +290,19 @@ struct PoolArgs {
   DType dt;
   int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, pt, pl;
   int64_t xs[4], os[4], ds[4];  // strides of x, of the output (y or dx), of dy
+  bool cl;                      // the output is channels-last: threads take cells in its order
 };
+
+// Cell t of an [N, C, rows, cols] grid, in the output's memory order (channel fastest when
+// channels-last, column fastest otherwise): consecutive threads write consecutive addresses.
+__device__ inline void cell_of(int64_t t, const PoolArgs& a, int64_t rows, int64_t cols, int64_t& n,
+                               int64_t& c, int64_t& y, int64_t& x) {
+  if (a.cl) {
+    c = t % a.c, x = t / a.c % cols, y = t / (a.c * cols) % rows, n = t / (a.c * cols * rows);
+  } else {
+    x = t % cols, y = t / cols % rows, c = t / (cols * rows) % a.c, n = t / (cols * rows * a.c);
+  }
+}
 
 // Window (oy, ox) of max pooling, as ref::make_bins: rows [lo, hi) of the input.
 __device__ inline void window(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t in,
@@ -266,15 +331,16 @@ __device__ int64_t window_argmax(const PoolArgs& a, int64_t n, int64_t c, int64_
   return best;
 }
 
-// Max forward. Grid: grid_for(N*C*OH*OW, 256), one thread per output (n, c, oy, ox) in NCHW
-// index order, reading its window through x's strides (channels-last: a warp's threads read
-// neighbouring windows of one plane, C elements apart). Writes the argmax's value (no rounding).
+// Max forward. Grid: grid_for(N*C*OH*OW, 256), one thread per output (n, c, oy, ox) taken in
+// y's memory order (cell_of), reading its window through x's strides: x and y share a layout,
+// so a warp's threads read neighbouring addresses at each window position (the neighbouring
+// channels, or the neighbouring windows of a plane). Writes the argmax's value (no rounding).
 template <class C> __global__ void max_pool_fwd_kernel(PoolArgs a) {
   const int64_t total = a.n * a.c * a.oh * a.ow;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ox = t % a.ow, oy = t / a.ow % a.oh, c = t / (a.ow * a.oh) % a.c,
-                  n = t / (a.ow * a.oh * a.c);
+    int64_t n, c, oy, ox;
+    cell_of(t, a, a.oh, a.ow, n, c, oy, ox);
     const int64_t m = window_argmax<C>(a, n, c, oy, ox);
     const C v =
         load_elem<C>(a.x, a.dt, n * a.xs[0] + c * a.xs[1] + m / a.w * a.xs[2] + m % a.w * a.xs[3]);
@@ -283,15 +349,16 @@ template <class C> __global__ void max_pool_fwd_kernel(PoolArgs a) {
 }
 
 // Max backward, as a gather (no atomics): grid_for(N*C*H*W, 256), one thread per input cell
-// (n, c, iy, ix) visiting the windows that contain it in (oy, ox) order, recomputing each one's
-// argmax and adding dy where it is this cell: the reference's order of additions, in C, one
-// rounding. Invariant: windows are never empty (pool_geometry's output-size rule).
+// (n, c, iy, ix) in dx's memory order (cell_of) visiting the windows that contain it in (oy, ox)
+// order, recomputing each one's argmax and adding dy where it is this cell: the reference's order
+// of additions, in C, one rounding. Invariant: windows are never empty (pool_geometry's output-size
+// rule).
 template <class C> __global__ void max_pool_bwd_kernel(PoolArgs a) {
   const int64_t total = a.n * a.c * a.h * a.w;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ix = t % a.w, iy = t / a.w % a.h, c = t / (a.w * a.h) % a.c,
-                  n = t / (a.w * a.h * a.c);
+    int64_t n, c, iy, ix;
+    cell_of(t, a, a.h, a.w, n, c, iy, ix);
     // Windows with start <= i < start + k: o in [ceil((i + pad - k + 1) / s), (i + pad) / s].
     const int64_t oy0 = ::max(int64_t{0}, (iy + a.pt - a.kh + a.sh) / a.sh);
     const int64_t oy1 = ::min(a.oh - 1, (iy + a.pt) / a.sh);
@@ -322,14 +389,14 @@ template <class C> __global__ void global_avg_fwd_kernel(PoolArgs a) {
   }
 }
 
-// Global average backward: grid_for(N*C*H*W, 256), one thread per input cell in NCHW index
-// order: dx = dy[n, c] / (H*W), rounded once (the reference's share).
+// Global average backward: grid_for(N*C*H*W, 256), one thread per input cell in dx's memory
+// order (cell_of, coalesced writes): dx = dy[n, c] / (H*W), rounded once (the reference's share).
 template <class C> __global__ void global_avg_bwd_kernel(PoolArgs a) {
   const int64_t total = a.n * a.c * a.h * a.w;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ix = t % a.w, iy = t / a.w % a.h, c = t / (a.w * a.h) % a.c,
-                  n = t / (a.w * a.h * a.c);
+    int64_t n, c, iy, ix;
+    cell_of(t, a, a.h, a.w, n, c, iy, ix);
     const C g = load_elem<C>(a.dy, a.dt, n * a.ds[0] + c * a.ds[1]);
     store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + iy * a.os[2] + ix * a.os[3],
                   g / static_cast<C>(a.h * a.w));
