@@ -169,17 +169,27 @@ Choice choose(PerDevice& pd, Descs& d, Dir dir, const std::string& what) {
   return *c;
 }
 
-// The handle of t's device, on its compute stream, with the choice's math type set.
-cudnnHandle_t prepare(PerDevice& pd, Device dev, Descs& d, const Choice& c) {
-  DNN_CHECK(cudnnSetStream(pd.handle, cuda_detail::activate(dev)));
-  DNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-  return pd.handle;
-}
-
-Tensor workspace(const Choice& c, Device dev) {
-  return Tensor::empty({static_cast<int64_t>(std::max<size_t>(c.workspace, 1))},
+// One cuDNN call's setup: descriptors, the (cached) algorithm, the device's handle on its
+// compute stream with the algorithm's math type, and a workspace from the caching allocator
+// (freed after the call is queued: safe in stream order).
+struct Call {
+  Descs d;
+  Choice c;
+  cudnnHandle_t h;
+  Tensor ws;
+  bool f64;
+  Call(const ConvGeometry& g, DType dt, ImageLayout l, Dir dir, bool low_widened, Device dev,
+       const std::string& what)
+      : d(g, dt, l, dir, low_widened), f64(dt == DType::f64) {
+    PerDevice& pd = per_device(dev);
+    c = choose(pd, d, dir, what);
+    DNN_CHECK(cudnnSetStream(pd.handle, cuda_detail::activate(dev)));
+    DNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
+    h = pd.handle;
+    ws = Tensor::empty({static_cast<int64_t>(std::max<size_t>(c.workspace, 1))},
                        {.dtype = DType::u8, .device = dev});
-}
+  }
+};
 
 // cuDNN's alpha and beta: a double for f64 data, else a float.
 struct Scalar {
@@ -234,17 +244,12 @@ void conv_fwd(const ConvFwdProblem& p) {
     else
       y.fill_(0.0);
   } else {
-    PerDevice& pd = per_device(dev);
-    Descs d(p.g, dt, l, Dir::fwd, false);
-    const Choice c = choose(pd, d, Dir::fwd, p.describe());
-    cudnnHandle_t h = prepare(pd, dev, d, c);
+    const Call k(p.g, dt, l, Dir::fwd, false, dev, p.describe());
     if (p.b.defined()) channel_bias_relu(y, p.b, /*fill=*/true, false);
-    const Tensor ws = workspace(c, dev);
-    const bool f64 = dt == DType::f64;
-    DNN_CHECK(cudnnConvolutionForward(h, kOne.ptr(f64), d.x, x.data_ptr(), d.w, w.data_ptr(),
-                                      d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                      ws.data_ptr(), c.workspace,
-                                      (p.b.defined() ? kOne : kZero).ptr(f64), d.y, y.data_ptr()));
+    DNN_CHECK(cudnnConvolutionForward(
+        k.h, kOne.ptr(k.f64), k.d.x, x.data_ptr(), k.d.w, w.data_ptr(), k.d.conv,
+        static_cast<cudnnConvolutionFwdAlgo_t>(k.c.algo), k.ws.data_ptr(), k.c.workspace,
+        (p.b.defined() ? kOne : kZero).ptr(k.f64), k.d.y, y.data_ptr()));
   }
   if (p.relu) channel_bias_relu(y, Tensor(), false, true);
   if (!y.same(p.y)) Tensor(p.y).copy_(y);
@@ -260,16 +265,11 @@ void conv_bwd_data(const ConvBwdDataProblem& p) {
     dx.fill_(0.0);
   } else {
     const Tensor dy = to_image(p.dy, l), w = to_image(p.w, l);
-    PerDevice& pd = per_device(dev);
-    Descs d(p.g, dt, l, Dir::bwd_data, false);
-    const Choice c = choose(pd, d, Dir::bwd_data, p.describe());
-    cudnnHandle_t h = prepare(pd, dev, d, c);
-    const Tensor ws = workspace(c, dev);
-    const bool f64 = dt == DType::f64;
+    const Call k(p.g, dt, l, Dir::bwd_data, false, dev, p.describe());
     DNN_CHECK(cudnnConvolutionBackwardData(
-        h, kOne.ptr(f64), d.w, w.data_ptr(), d.y, dy.data_ptr(), d.conv,
-        static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
-        kZero.ptr(f64), d.x, dx.data_ptr()));
+        k.h, kOne.ptr(k.f64), k.d.w, w.data_ptr(), k.d.y, dy.data_ptr(), k.d.conv,
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(k.c.algo), k.ws.data_ptr(), k.c.workspace,
+        kZero.ptr(k.f64), k.d.x, dx.data_ptr()));
   }
   if (!dx.same(p.dx)) Tensor(p.dx).copy_(dx);
 }
@@ -289,16 +289,11 @@ void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
     dw.fill_(0.0);
   } else {
     const Tensor x = to_image(p.x, l, dt), dy = to_image(p.dy, l, dt);
-    PerDevice& pd = per_device(dev);
-    Descs d(p.g, dt, l, Dir::bwd_weights, widened);
-    const Choice c = choose(pd, d, Dir::bwd_weights, p.describe());
-    cudnnHandle_t h = prepare(pd, dev, d, c);
-    const Tensor ws = workspace(c, dev);
-    const bool f64 = dt == DType::f64;
+    const Call k(p.g, dt, l, Dir::bwd_weights, widened, dev, p.describe());
     DNN_CHECK(cudnnConvolutionBackwardFilter(
-        h, kOne.ptr(f64), d.x, x.data_ptr(), d.y, dy.data_ptr(), d.conv,
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data_ptr(), c.workspace,
-        kZero.ptr(f64), d.w, dw.data_ptr()));
+        k.h, kOne.ptr(k.f64), k.d.x, x.data_ptr(), k.d.y, dy.data_ptr(), k.d.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(k.c.algo), k.ws.data_ptr(), k.c.workspace,
+        kZero.ptr(k.f64), k.d.w, dw.data_ptr()));
   }
   if (!dw.same(p.dw)) Tensor(p.dw).copy_(dw);
 }
