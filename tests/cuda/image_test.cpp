@@ -133,6 +133,13 @@ TEST(CudaConv, F32IsNotRoundedToTf32UnlessAsked) {
   run_ref(fc);
   run_cuda(fg);
   EXPECT_TRUE(all_close(fg.y.to(Device::cpu()), fc.y, tolerance_for(DType::f32)));
+  // Asked: a TF32 algorithm may run (another cache entry); within an f16-like tolerance.
+  cuda::set_allow_tf32(true);
+  ops::ConvFwdProblem ft = fwd(kGpu);
+  run_cuda(ft);
+  cuda::set_allow_tf32(false);
+  EXPECT_TRUE(all_close(ft.y.to(Device::cpu()), fc.y,
+                        gemm_tolerance(DType::f16, g.cin_g() * g.kh * g.kw, max_abs(fc.y))));
 }
 
 TEST(CudaConv, AsymmetricPaddingIsDeclinedWithAReason) {
