@@ -1,7 +1,8 @@
 // The CUDA image kernels against the reference kernels on the same inputs: cuDNN convolutions
 // (forward with bias and ReLU, backward-data, backward-weights; the GEMM error model of
 // ops/gemm_test_util.h with K the reduction length), BatchNorm (training and eval, forward and
-// backward) and pooling (max, global average), in every dtype, NCHW and channels-last.
+// backward) and pooling (max, average, adaptive, global), in every dtype, NCHW and channels-last;
+// then a small CNN through the ops and autograd on the device against the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -287,13 +288,23 @@ TEST(CudaPool, GlobalAveragePoolingForwardAndBackwardMatchTheReference) {
                  std::string("global avg ") + std::string(dtype_name(d)) + " " + layout_name(l));
 }
 
-TEST(CudaPool, AveragePoolingOtherThanGlobalIsDeclined) {
-  const ops::PoolGeometry g =
-      ops::pool_geometry(ops::PoolKind::avg, {1, 2, 6, 6}, {}, "avg_pool2d");
-  const TensorOptions o{.device = kGpu};
-  ops::PoolFwdProblem p{zeros({1, 2, 6, 6}, o), zeros(g.out_shape(), o), nullptr, g};
-  EXPECT_NE(cuda_declines(p).find("average pooling other than global"), std::string::npos)
-      << cuda_declines(p);
+TEST(CudaPool, AverageAndAdaptiveAveragePoolingMatchTheReference) {
+  const Shape s{2, 3, 9, 11};
+  const Tensor x = random(s, 63, DType::f64, -2, 2);
+  const Pool2dOptions with_pad{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  Pool2dOptions without_pad = with_pad;
+  without_pad.count_include_pad = false;
+  const Pool2dOptions ceil{
+      .kernel = {2, 3}, .stride = {2, 2}, .padding = {1, 1}, .ceil_mode = true};
+  std::vector<ops::PoolGeometry> gs;
+  for (const Pool2dOptions& o : {with_pad, without_pad, ceil})
+    gs.push_back(ops::pool_geometry(ops::PoolKind::avg, s, o, "avg_pool2d"));
+  gs.push_back(ops::adaptive_geometry(s, 4, 5));  // overlapping bins of two sizes
+  ASSERT_TRUE(gs.back().adaptive);
+  for (const ops::PoolGeometry& g : gs)
+    for (DType d : kFloats)
+      for (ImageLayout l : kLayouts)
+        check_pool(g, x, d, l, g.str() + " " + std::string(dtype_name(d)) + " " + layout_name(l));
 }
 
 // ---------------------------------------------------------------- the ops, through autograd

@@ -1,6 +1,6 @@
 // CUDA kernels over [N, C, ...] images, by channel: BatchNorm (forward: training statistics and
 // eval; backward), per-channel sums (conv2d's bias gradient), conv2d's bias/ReLU epilogue, and
-// pooling (max pooling, global average pooling; forward and backward). Formulas are the
+// pooling (max, average, adaptive average; forward and backward). Formulas are the
 // reference kernels' (ops/ref/norm.cpp, norm_stats.cpp, pool.cpp) step for step; only the order
 // of the per-channel sums differs (split into slices, summed in a fixed order: deterministic).
 // Every tensor here is dense (any dim order); BatchNorm's x, y, dy, dx share one layout.
@@ -289,8 +289,9 @@ struct PoolArgs {
   void* out;
   DType dt;
   int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, pt, pl;
-  int64_t xs[4], os[4], ds[4];  // strides of x, of the output (y or dx), of dy
-  bool cl;                      // the output is channels-last: threads take cells in its order
+  int64_t xs[4], os[4], ds[4];       // strides of x, of the output (y or dx), of dy
+  bool adaptive, count_include_pad;  // average pooling (PoolGeometry's)
+  bool cl;                           // the output is channels-last: threads take cells in its order
 };
 
 // Cell t of an [N, C, rows, cols] grid, in the output's memory order (channel fastest when
@@ -373,33 +374,92 @@ template <class C> __global__ void max_pool_bwd_kernel(PoolArgs a) {
   }
 }
 
-// Global average forward: grid_for(N*C, 256), one thread per (n, c) summing its H*W plane in
-// row-major order (the reference's order, so the same bits), then sum / (H*W) rounded once.
-// Channels-last: neighbouring threads read neighbouring channels (coalesced); NCHW: each thread
-// walks its own contiguous plane.
-template <class C> __global__ void global_avg_fwd_kernel(PoolArgs a) {
-  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < a.n * a.c;
+// Average pooling's bin o along one dim, as ref::make_bins: the input range [lo, hi) it reads
+// and its extent including padding (the divisor with count_include_pad).
+__device__ inline void avg_bin(int64_t o, int64_t in, int64_t out, int64_t k, int64_t stride,
+                               int64_t pad, bool adaptive, int64_t& lo, int64_t& hi, int64_t& ext) {
+  if (adaptive) {
+    lo = o * in / out;
+    hi = ((o + 1) * in + out - 1) / out;
+    ext = hi - lo;
+    return;
+  }
+  window(o, k, stride, pad, in, lo, hi);
+  const int64_t start = o * stride - pad;
+  ext = (start + k < in + pad ? start + k : in + pad) - start;
+}
+
+// The divisor of output (oy, ox) and its window (ref::Windows::divisor).
+struct AvgWindow {
+  int64_t y0, y1, x0, x1, divisor;
+};
+__device__ inline AvgWindow avg_window(const PoolArgs& a, int64_t oy, int64_t ox) {
+  AvgWindow w;
+  int64_t ey, ex;
+  avg_bin(oy, a.h, a.oh, a.kh, a.sh, a.pt, a.adaptive, w.y0, w.y1, ey);
+  avg_bin(ox, a.w, a.ow, a.kw, a.sw, a.pl, a.adaptive, w.x0, w.x1, ex);
+  w.divisor = a.count_include_pad && !a.adaptive ? ey * ex : (w.y1 - w.y0) * (w.x1 - w.x0);
+  return w;
+}
+
+// Average forward (plain, adaptive and global). Grid: grid_for(N*C*OH*OW, 256), one thread per
+// output in y's memory order (cell_of; global pooling: neighbouring threads take neighbouring
+// channels) summing its window row by row in C (the reference's order, so the same bits), then
+// sum / divisor rounded once.
+template <class C> __global__ void avg_pool_fwd_kernel(PoolArgs a) {
+  const int64_t total = a.n * a.c * a.oh * a.ow;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = t % a.c, n = t / a.c;
+    int64_t n, c, oy, ox;
+    cell_of(t, a, a.oh, a.ow, n, c, oy, ox);
+    const AvgWindow w = avg_window(a, oy, ox);
+    const int64_t base = n * a.xs[0] + c * a.xs[1];
     C sum = 0;
-    for (int64_t iy = 0; iy < a.h; ++iy)
-      for (int64_t ix = 0; ix < a.w; ++ix)
-        sum += load_elem<C>(a.x, a.dt, n * a.xs[0] + c * a.xs[1] + iy * a.xs[2] + ix * a.xs[3]);
-    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1], sum / static_cast<C>(a.h * a.w));
+    for (int64_t iy = w.y0; iy < w.y1; ++iy)
+      for (int64_t ix = w.x0; ix < w.x1; ++ix)
+        sum += load_elem<C>(a.x, a.dt, base + iy * a.xs[2] + ix * a.xs[3]);
+    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + oy * a.os[2] + ox * a.os[3],
+                  sum / static_cast<C>(w.divisor));
   }
 }
 
-// Global average backward: grid_for(N*C*H*W, 256), one thread per input cell in dx's memory
-// order (cell_of, coalesced writes): dx = dy[n, c] / (H*W), rounded once (the reference's share).
-template <class C> __global__ void global_avg_bwd_kernel(PoolArgs a) {
+// The outputs along one dim whose bins may hold input i: [lo, hi] (clipped to [0, out)).
+// Adaptive: bin o holds i iff floor(o*in/out) <= i < ceil((o+1)*in/out), i.e. o in
+// [floor(i*out/in), ceil((i+1)*out/in) - 1]. Plain: start <= i < start + k (as max pooling).
+__device__ inline void covering(int64_t i, int64_t in, int64_t out, int64_t k, int64_t stride,
+                                int64_t pad, bool adaptive, int64_t& lo, int64_t& hi) {
+  if (adaptive) {
+    lo = i * out / in;
+    hi = ((i + 1) * out + in - 1) / in - 1;
+  } else {
+    lo = (i + pad - k + stride) / stride;
+    hi = (i + pad) / stride;
+  }
+  lo = lo > 0 ? lo : 0;
+  hi = hi < out - 1 ? hi : out - 1;
+}
+
+// Average backward, as a gather (no atomics): grid_for(N*C*H*W, 256), one thread per input cell
+// in dx's memory order (cell_of, coalesced writes) adding dy / divisor of every output whose
+// window holds it, in (oy, ox) order: the reference's order of additions, in C, one rounding.
+template <class C> __global__ void avg_pool_bwd_kernel(PoolArgs a) {
   const int64_t total = a.n * a.c * a.h * a.w;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
        t += int64_t{gridDim.x} * blockDim.x) {
-    int64_t n, c, iy, ix;
+    int64_t n, c, iy, ix, oy0, oy1, ox0, ox1;
     cell_of(t, a, a.h, a.w, n, c, iy, ix);
-    const C g = load_elem<C>(a.dy, a.dt, n * a.ds[0] + c * a.ds[1]);
-    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + iy * a.os[2] + ix * a.os[3],
-                  g / static_cast<C>(a.h * a.w));
+    covering(iy, a.h, a.oh, a.kh, a.sh, a.pt, a.adaptive, oy0, oy1);
+    covering(ix, a.w, a.ow, a.kw, a.sw, a.pl, a.adaptive, ox0, ox1);
+    C acc = 0;
+    for (int64_t oy = oy0; oy <= oy1; ++oy)
+      for (int64_t ox = ox0; ox <= ox1; ++ox) {
+        const AvgWindow w = avg_window(a, oy, ox);
+        if (iy < w.y0 || iy >= w.y1 || ix < w.x0 || ix >= w.x1) continue;
+        const C g =
+            load_elem<C>(a.dy, a.dt, n * a.ds[0] + c * a.ds[1] + oy * a.ds[2] + ox * a.ds[3]);
+        acc += g / static_cast<C>(w.divisor);
+      }
+    store_elem<C>(a.out, a.dt, n * a.os[0] + c * a.os[1] + iy * a.os[2] + ix * a.os[3], acc);
   }
 }
 
@@ -408,28 +468,19 @@ void copy_strides(const Tensor& t, int64_t (&s)[4]) {
 }
 
 PoolArgs pool_args(const PoolGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& out) {
-  PoolArgs a{x.defined() ? x.data_ptr() : nullptr,
-             dy.defined() ? dy.data_ptr() : nullptr,
-             out.data_ptr(),
-             out.dtype(),
-             g.n,
-             g.c,
-             g.h,
-             g.w,
-             g.oh,
-             g.ow,
-             g.kh,
-             g.kw,
-             g.stride_h,
-             g.stride_w,
-             g.pad_t,
-             g.pad_l,
-             {},
-             {},
-             {}};
+  PoolArgs a{};
+  a.x = x.defined() ? x.data_ptr() : nullptr;
+  a.dy = dy.defined() ? dy.data_ptr() : nullptr;
+  a.out = out.data_ptr();
+  a.dt = out.dtype();
+  a.n = g.n, a.c = g.c, a.h = g.h, a.w = g.w, a.oh = g.oh, a.ow = g.ow;
+  a.kh = g.kh, a.kw = g.kw, a.sh = g.stride_h, a.sw = g.stride_w, a.pt = g.pad_t, a.pl = g.pad_l;
+  a.adaptive = g.adaptive;
+  a.count_include_pad = g.count_include_pad;
   copy_strides(x, a.xs);
   copy_strides(out, a.os);
   copy_strides(dy, a.ds);
+  a.cl = detail::is_channels_last(out);
   return a;
 }
 
@@ -499,25 +550,25 @@ std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p) {
 }
 
 std::string pool_fwd_declines(const PoolFwdProblem& p) {
-  if (p.g.kind == PoolKind::max && !p.g.adaptive) return {};
-  return p.g.is_global_avg() ? "" : "average pooling other than global";
+  return p.g.kind == PoolKind::max && p.g.adaptive ? "adaptive max pooling" : "";
 }
 std::string pool_bwd_declines(const PoolBwdProblem& p) {
-  if (p.g.kind == PoolKind::max && !p.g.adaptive) return p.x.defined() ? "" : "no forward input";
-  return p.g.is_global_avg() ? "" : "average pooling other than global";
+  if (p.g.kind != PoolKind::max) return {};
+  if (p.g.adaptive) return "adaptive max pooling";
+  return p.x.defined() ? "" : "no forward input";
 }
 
+// Both: one thread per output (forward) or input cell (backward), max or average kernels.
 void pool_fwd(const PoolFwdProblem& p) {
   if (p.y.numel() == 0) return;
   const PoolArgs a = pool_args(p.g, p.x, Tensor(), p.y);
   cudaStream_t s = cuda_detail::activate(p.x.device());
-  const bool is_max = p.g.kind == PoolKind::max;
-  const int64_t threads = is_max ? p.y.numel() : p.g.n * p.g.c;
+  const unsigned grid = cuda_detail::grid_for(p.y.numel(), kThreads);
   visit_compute(p.x.dtype(), [&]<class C>() {
-    if (is_max)
-      max_pool_fwd_kernel<C><<<cuda_detail::grid_for(threads, kThreads), kThreads, 0, s>>>(a);
+    if (p.g.kind == PoolKind::max)
+      max_pool_fwd_kernel<C><<<grid, kThreads, 0, s>>>(a);
     else
-      global_avg_fwd_kernel<C><<<cuda_detail::grid_for(threads, kThreads), kThreads, 0, s>>>(a);
+      avg_pool_fwd_kernel<C><<<grid, kThreads, 0, s>>>(a);
   });
   MIXPREC_CUDA_LAUNCHED();
 }
@@ -527,12 +578,12 @@ void pool_bwd(const PoolBwdProblem& p) {
   const bool is_max = p.g.kind == PoolKind::max;
   const PoolArgs a = pool_args(p.g, is_max ? p.x : Tensor(), p.dy, p.dx);
   cudaStream_t s = cuda_detail::activate(p.dy.device());
+  const unsigned grid = cuda_detail::grid_for(p.dx.numel(), kThreads);
   visit_compute(p.dy.dtype(), [&]<class C>() {
     if (is_max)
-      max_pool_bwd_kernel<C><<<cuda_detail::grid_for(p.dx.numel(), kThreads), kThreads, 0, s>>>(a);
+      max_pool_bwd_kernel<C><<<grid, kThreads, 0, s>>>(a);
     else
-      global_avg_bwd_kernel<C>
-          <<<cuda_detail::grid_for(p.dx.numel(), kThreads), kThreads, 0, s>>>(a);
+      avg_pool_bwd_kernel<C><<<grid, kThreads, 0, s>>>(a);
   });
   MIXPREC_CUDA_LAUNCHED();
 }

@@ -50,7 +50,7 @@ std::string batch_norm_fwd_declines(const BatchNormFwdProblem& p);
 std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p);
 void batch_norm_fwd(const BatchNormFwdProblem& p);
 void batch_norm_bwd(const BatchNormBwdProblem& p);
-// Max pooling (not adaptive) and global average pooling.
+// Pooling: max (not adaptive), average (plain, adaptive, global).
 std::string pool_fwd_declines(const PoolFwdProblem& p);
 std::string pool_bwd_declines(const PoolBwdProblem& p);
 void pool_fwd(const PoolFwdProblem& p);
