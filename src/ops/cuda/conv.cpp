@@ -165,6 +165,22 @@ Choice choose(PerDevice& pd, Descs& d, Dir dir, const std::string& what) {
   }
   MIXPREC_CHECK(c.has_value(), "cuda conv2d: cuDNN offers no algorithm for ", what, " within ",
                 kMaxWorkspace >> 20, " MiB of workspace");
+  // The workspace the chosen algorithm needs under its math type (the ranking's figure is an
+  // estimate): the larger of the two.
+  DNN_CHECK(cudnnSetConvolutionMathType(d.conv, c->math));
+  size_t ws = 0;
+  if (dir == Dir::fwd)
+    DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+        pd.handle, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c->algo), &ws));
+  else if (dir == Dir::bwd_data)
+    DNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        pd.handle, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(c->algo),
+        &ws));
+  else
+    DNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        pd.handle, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c->algo),
+        &ws));
+  c->workspace = std::max(c->workspace, ws);
   pd.choices.emplace(d.key, *c);
   return *c;
 }
