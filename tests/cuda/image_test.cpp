@@ -232,6 +232,23 @@ TEST(CudaBatchNorm, AConstantChannelHasItsValueAsMeanAndZeroVariance) {
   }
 }
 
+TEST(CudaBatchNorm, TheOpUpdatesRunningStatisticsOnTheDeviceAsOnTheCpu) {
+  const Tensor x = random({6, 4, 5, 5}, 57, DType::f64, -1, 3).astype(DType::f32);
+  const Tensor rm = random({4}, 58, DType::f32), rv = random({4}, 59, DType::f32, 0.5, 2);
+  auto run = [&](Device dev) {
+    Tensor mean = rm.to(dev), var = rv.to(dev);  // copies: updated in place
+    const Tensor xd = ops::detail::to_image(x, ImageLayout::nhwc).to(dev);
+    const Tensor y = ops::batch_norm(xd, Tensor(), Tensor(), mean, var, {.training = true});
+    const Tensor e = ops::batch_norm(xd, Tensor(), Tensor(), mean, var, {.training = false});
+    return std::vector<Tensor>{y.to(Device::cpu()), e.to(Device::cpu()), mean.to(Device::cpu()),
+                               var.to(Device::cpu())};
+  };
+  const std::vector<Tensor> c = run(Device::cpu()), g = run(kGpu);
+  const char* names[] = {"training y", "eval y", "running_mean", "running_var"};
+  for (size_t i = 0; i < c.size(); ++i)
+    EXPECT_TRUE(all_close(g[i], c[i], Tolerance{2e-5, 2e-6})) << names[i];
+}
+
 // ---------------------------------------------------------------- pooling
 
 // Values on a coarse grid (many ties: the first maximum must win) with one NaN.
