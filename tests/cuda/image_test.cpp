@@ -143,6 +143,27 @@ TEST(CudaConv, F32IsNotRoundedToTf32UnlessAsked) {
                         gemm_tolerance(DType::f16, g.cin_g() * g.kh * g.kw, max_abs(fc.y))));
 }
 
+TEST(CudaConv, AnOperandAtAnUnalignedAddressMatchesTheReference) {
+  // x: images 1..2 of a [4, 3, 5, 7] tensor, 105 elements (420 bytes) past its start.
+  const Conv2dOptions o{.pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}};
+  const ops::ConvGeometry g = ops::conv_geometry({2, 3, 5, 7}, {4, 3, 3, 3}, o);
+  const Tensor big = random({4, 3, 5, 7}, 46, DType::f64, -1, 1).astype(DType::f32);
+  const Tensor w = random({4, 3, 3, 3}, 47, DType::f64, -1, 1).astype(DType::f32);
+  for (ImageLayout l : kLayouts) {
+    const Tensor xg = ops::detail::to_image(big, l).to(kGpu).slice(0, 1, 3);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(xg.data_ptr()) % 16, 0u);
+    ops::ConvFwdProblem fc{ops::detail::to_image(big, l).slice(0, 1, 3).contiguous(), w, Tensor(),
+                           empty_on(g.out_shape(), DType::f32, l, Device::cpu()),     g, false};
+    ops::ConvFwdProblem fg{xg, w.to(kGpu), Tensor(), empty_on(g.out_shape(), DType::f32, l, kGpu),
+                           g,  false};
+    run_ref(fc);
+    run_cuda(fg);
+    EXPECT_TRUE(
+        all_close(fg.y.to(Device::cpu()), fc.y, gemm_tolerance(DType::f32, 27, max_abs(fc.y))))
+        << layout_name(l);
+  }
+}
+
 TEST(CudaConv, AsymmetricPaddingIsDeclinedWithAReason) {
   const Conv2dOptions same{.pad_mode = PadMode::same};
   const ops::ConvGeometry g = ops::conv_geometry({1, 2, 6, 6}, {2, 2, 2, 2}, same);

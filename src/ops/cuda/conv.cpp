@@ -7,6 +7,7 @@
 #include <cudnn.h>
 
 #include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -215,9 +216,24 @@ struct Scalar {
 };
 constexpr Scalar kOne{1.0, 1.0f}, kZero{0.0, 0.0f};
 
-// `out` itself when it is in layout l, else a fresh tensor in l to be copied into out after.
+// t in layout l and dtype dt at a 16-byte-aligned address (what cuDNN's vectorised kernels may
+// assume; the heuristics never see the pointers): t itself when it is, else a fresh copy (a view
+// into a larger tensor can start anywhere).
+Tensor operand(const Tensor& t, ImageLayout l, DType dt) {
+  Tensor r = to_image(t, l, dt);
+  if (reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0) return r;
+  Tensor fresh = empty_image(r.shape(), dt, l, r.device());
+  fresh.copy_(r);
+  return fresh;
+}
+
+// `out` itself when it is in layout l (and aligned as above), else a fresh tensor in l to be
+// copied into out after.
 Tensor output_in(const Tensor& out, ImageLayout l) {
-  return detail::has_layout(out, l) ? out : empty_image(out.shape(), out.dtype(), l, out.device());
+  const bool aligned = reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0;
+  return detail::has_layout(out, l) && aligned
+             ? out
+             : empty_image(out.shape(), out.dtype(), l, out.device());
 }
 
 template <class A> std::string declines_common(const ConvGeometry& g, DType d, const A&) {
@@ -252,7 +268,7 @@ void conv_fwd(const ConvFwdProblem& p) {
   const Device dev = p.y.device();
   const DType dt = p.x.dtype();
   const ImageLayout l = work_layout(dt, detail::layout_of(p.y));
-  const Tensor x = to_image(p.x, l), w = to_image(p.w, l);
+  const Tensor x = operand(p.x, l, dt), w = operand(p.w, l, dt);
   Tensor y = output_in(p.y, l);
   if (p.g.cin_g() * p.g.kh * p.g.kw == 0) {  // an empty sum: y is the bias (or 0)
     if (p.b.defined())
@@ -280,7 +296,7 @@ void conv_bwd_data(const ConvBwdDataProblem& p) {
   if (p.g.n * p.g.cout_g() * p.g.oh * p.g.ow == 0) {
     dx.fill_(0.0);
   } else {
-    const Tensor dy = to_image(p.dy, l), w = to_image(p.w, l);
+    const Tensor dy = operand(p.dy, l, dt), w = operand(p.w, l, dt);
     const Call k(p.g, dt, l, Dir::bwd_data, false, dev, p.describe());
     DNN_CHECK(cudnnConvolutionBackwardData(
         k.h, kOne.ptr(k.f64), k.d.w, w.data_ptr(), k.d.y, dy.data_ptr(), k.d.conv,
@@ -304,7 +320,7 @@ void conv_bwd_weights(const ConvBwdWeightsProblem& p) {
   if (p.g.n * p.g.oh * p.g.ow == 0) {
     dw.fill_(0.0);
   } else {
-    const Tensor x = to_image(p.x, l, dt), dy = to_image(p.dy, l, dt);
+    const Tensor x = operand(p.x, l, dt), dy = operand(p.dy, l, dt);
     const Call k(p.g, dt, l, Dir::bwd_weights, widened, dev, p.describe());
     DNN_CHECK(cudnnConvolutionBackwardFilter(
         k.h, kOne.ptr(k.f64), k.d.x, x.data_ptr(), k.d.y, dy.data_ptr(), k.d.conv,
