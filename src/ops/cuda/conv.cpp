@@ -50,6 +50,7 @@ struct PerDevice {
   std::map<std::string, Choice> choices;
 };
 
+// The device's handle, created on first use (the caller has made `device` current).
 PerDevice& per_device(Device device) {
   static std::mutex mu;
   static auto* const table = new std::map<int, PerDevice>();  // never destroyed (see matmul)
@@ -198,9 +199,10 @@ struct Call {
   Call(const ConvGeometry& g, DType dt, ImageLayout l, Dir dir, bool low_widened, Device dev,
        const std::string& what)
       : d(g, dt, l, dir, low_widened), f64(dt == DType::f64) {
+    const cudaStream_t stream = cuda_detail::activate(dev);  // first: cudnnCreate binds to it
     PerDevice& pd = per_device(dev);
     c = choose(pd, d, dir, what);
-    DNN_CHECK(cudnnSetStream(pd.handle, cuda_detail::activate(dev)));
+    DNN_CHECK(cudnnSetStream(pd.handle, stream));
     DNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
     h = pd.handle;
     ws = Tensor::empty({static_cast<int64_t>(std::max<size_t>(c.workspace, 1))},
