@@ -32,6 +32,11 @@ struct PoolGeometry {
   Shape in_shape() const { return {n, c, h, w}; }
   Shape out_shape() const { return {n, c, oh, ow}; }
   bool worth_threads() const { return n * c * h * w > (1 << 15); }  // kernels' OpenMP threshold
+  // Average pooling of each whole plane to 1x1 (no padding): what global-average kernels take.
+  bool is_global_avg() const {
+    return kind == PoolKind::avg && !adaptive && oh == 1 && ow == 1 && kh == h && kw == w &&
+           pad_t == 0 && pad_l == 0;
+  }
   std::string str() const;
 };
 

@@ -32,6 +32,18 @@ template <class P> void run_cuda(const P& p) {
   ADD_FAILURE() << "no CUDA kernel accepts " << p.describe();
 }
 
+// Why each CUDA kernel declines p, joined ("" when one accepts it).
+template <class P> std::string cuda_declines(const P& p) {
+  std::string why;
+  for (const ops::Impl<P>& k : ops::kernels<P>()) {
+    if (k.device != Device::Type::cuda) continue;
+    const std::string r = k.declines(p);
+    if (r.empty()) return {};
+    why += std::string(k.name) + ": " + r + "; ";
+  }
+  return why;
+}
+
 template <class P> void run_ref(const P& p) { kernel_named<P>("ref").run(p); }
 
 // GPU result t against the CPU reference r, with the tolerance of dtype d scaled by `scale`.

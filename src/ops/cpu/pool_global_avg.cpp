@@ -103,18 +103,13 @@ template <class T> void gap_bwd(const PoolBwdProblem& p) {
   }
 }
 
-bool is_global_avg(const PoolGeometry& g) {
-  return g.kind == PoolKind::avg && !g.adaptive && g.oh == 1 && g.ow == 1 && g.kh == g.h &&
-         g.kw == g.w && g.pad_t == 0 && g.pad_l == 0;
-}
-
 }  // namespace
 
 std::string pool_global_avg_fwd_declines(const PoolFwdProblem& p) {
-  return is_global_avg(p.g) ? "" : "not global average pooling";
+  return p.g.is_global_avg() ? "" : "not global average pooling";
 }
 std::string pool_global_avg_bwd_declines(const PoolBwdProblem& p) {
-  return is_global_avg(p.g) ? "" : "not global average pooling";
+  return p.g.is_global_avg() ? "" : "not global average pooling";
 }
 void pool_global_avg_fwd(const PoolFwdProblem& p) {
   visit_float(p.x.dtype(), [&]<class T>() { gap_fwd<T>(p); });

@@ -14,6 +14,17 @@
 #include "ops/reduce_problem.h"
 #include "ops/softmax_problem.h"
 
+// (The conv and pool problems' headers bring in mixprec/ops/ops.h, whose sqrt, exp, max, ...
+// would shadow the device math functions in the .cu files: declared here, defined in
+// ops/conv_problem.h and ops/pool_problem.h.)
+namespace mixprec::ops {
+struct ConvFwdProblem;
+struct ConvBwdDataProblem;
+struct ConvBwdWeightsProblem;
+struct PoolFwdProblem;
+struct PoolBwdProblem;
+}  // namespace mixprec::ops
+
 namespace mixprec::ops::cuda {
 
 // pointwise.cu: every formula, any operand dtypes, broadcasting (out of at most 8 dims).
@@ -25,6 +36,30 @@ void pointwise(const PointwiseProblem& p);
 enum class Epilogue { none, relu, gelu };
 std::string matmul_declines(const MatmulProblem& p);
 void matmul(const MatmulProblem& p);
+
+// conv.cpp: cuDNN 9 convolutions (f32, f64, f16/bf16 with f32 accumulation; symmetric padding).
+std::string conv_fwd_declines(const ConvFwdProblem& p);
+std::string conv_bwd_data_declines(const ConvBwdDataProblem& p);
+std::string conv_bwd_weights_declines(const ConvBwdWeightsProblem& p);
+void conv_fwd(const ConvFwdProblem& p);
+void conv_bwd_data(const ConvBwdDataProblem& p);
+void conv_bwd_weights(const ConvBwdWeightsProblem& p);
+
+// image.cu: per-channel kernels over dense [N, C, ...] tensors (any dim order).
+std::string batch_norm_fwd_declines(const BatchNormFwdProblem& p);
+std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p);
+void batch_norm_fwd(const BatchNormFwdProblem& p);
+void batch_norm_bwd(const BatchNormBwdProblem& p);
+// Pooling: max (not adaptive), average (plain, adaptive, global).
+std::string pool_fwd_declines(const PoolFwdProblem& p);
+std::string pool_bwd_declines(const PoolBwdProblem& p);
+void pool_fwd(const PoolFwdProblem& p);
+void pool_bwd(const PoolBwdProblem& p);
+// out[c] = the sum of x's channel c (out: [C], any float dtype, rounded once).
+void channel_sum(const Tensor& x, const Tensor& out);
+// In place on a dense y [N, C, H, W]: fill writes y = bias[c] (bias packed, in y's dtype); relu
+// then sets y = max(y, 0) keeping NaN.
+void channel_bias_relu(const Tensor& y, const Tensor& bias, bool fill, bool relu);
 
 // rows.cu: row-wise kernels (warp per row) and the block-per-output sum reduction.
 void softmax_fwd(const SoftmaxFwdProblem& p);

@@ -1,8 +1,11 @@
 // The cuda backend's kernels, registered for Device::cuda only (so the CPU's dispatch order is
-// unchanged): our own kernels (ops/cuda/*.cu) and cuBLASLt GEMMs (ops/cuda/matmul.cpp). A
-// problem no CUDA kernel accepts fails with dispatch's "no implementation accepts" error.
+// unchanged): our own kernels (ops/cuda/*.cu), cuBLASLt GEMMs (ops/cuda/matmul.cpp) and cuDNN
+// convolutions (ops/cuda/conv.cpp). A problem no CUDA kernel accepts fails with dispatch's "no
+// implementation accepts" error.
+#include "ops/conv_problem.h"
 #include "ops/cuda/kernels.h"
 #include "ops/dispatch.h"
+#include "ops/pool_problem.h"
 
 namespace mixprec::ops {
 
@@ -10,6 +13,17 @@ void register_cuda_kernels() {
   constexpr Device::Type kCuda = Device::Type::cuda;
   register_kernel<PointwiseProblem>({"cuda", kCuda, cuda::pointwise_declines, cuda::pointwise});
   register_kernel<MatmulProblem>({"cublaslt", kCuda, cuda::matmul_declines, cuda::matmul});
+  register_kernel<ConvFwdProblem>({"cudnn", kCuda, cuda::conv_fwd_declines, cuda::conv_fwd});
+  register_kernel<ConvBwdDataProblem>(
+      {"cudnn", kCuda, cuda::conv_bwd_data_declines, cuda::conv_bwd_data});
+  register_kernel<ConvBwdWeightsProblem>(
+      {"cudnn", kCuda, cuda::conv_bwd_weights_declines, cuda::conv_bwd_weights});
+  register_kernel<BatchNormFwdProblem>(
+      {"cuda", kCuda, cuda::batch_norm_fwd_declines, cuda::batch_norm_fwd});
+  register_kernel<BatchNormBwdProblem>(
+      {"cuda", kCuda, cuda::batch_norm_bwd_declines, cuda::batch_norm_bwd});
+  register_kernel<PoolFwdProblem>({"cuda", kCuda, cuda::pool_fwd_declines, cuda::pool_fwd});
+  register_kernel<PoolBwdProblem>({"cuda", kCuda, cuda::pool_bwd_declines, cuda::pool_bwd});
   register_kernel<SoftmaxFwdProblem>({"cuda", kCuda, accept_all, cuda::softmax_fwd});
   register_kernel<SoftmaxBwdProblem>({"cuda", kCuda, accept_all, cuda::softmax_bwd});
   register_kernel<LayerNormFwdProblem>({"cuda", kCuda, accept_all, cuda::layer_norm_fwd});
