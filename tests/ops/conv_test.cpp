@@ -404,7 +404,9 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
       // rounding of that dtype apart at most.
       const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
       EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
-      if (c.bias) EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+      }
       EXPECT_EQ(gd[0].dtype(), w.dtype());
     }
   }
