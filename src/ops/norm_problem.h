@@ -61,6 +61,18 @@ struct LayerNormBwdProblem {
 };
 
 // ---------------------------------------------------------------- shared by every CPU kernel
+// A dense x [N, C, ...] (NCHW, channels-last, [N, C]) seen in memory as [outer][C][inner]: inner
+// is the channel's stride (the dims laid out inside a channel), outer the rest, so channel c
+// holds (o * C + c) * inner + i. Channels-last: inner = 1.
+struct ChannelBlocks {
+  int64_t outer, channels, inner;
+};
+inline ChannelBlocks channel_blocks(const Tensor& x) {
+  const int64_t c = x.shape()[1], n = x.numel();
+  const int64_t inner = c == 1 ? n : x.strides()[1];
+  return {c > 0 && inner > 0 ? n / (c * inner) : 0, c, inner};
+}
+
 // The batch mean and biased variance of each channel of a dense x [N, C, ...] into packed
 // compute-dtype mean / var [C], in one pass: the sums of d = x - shift and d^2, with the shift
 // the channel's first value, in f64 over blocks fixed by the shape (thread-count independent).

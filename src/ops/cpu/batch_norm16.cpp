@@ -23,16 +23,6 @@ namespace {
 
 constexpr int64_t kTile = 4096;  // f32 elements per tile: 16 KiB per buffer, in L1/L2
 
-struct Blocks {
-  int64_t outer, channels, inner;
-};
-
-Blocks blocks_of(const Tensor& x) {
-  const int64_t c = x.shape()[1], n = x.numel();
-  const int64_t inner = c == 1 ? n / std::max<int64_t>(x.shape()[0], 1) : x.strides()[1];
-  return {n / (c * inner), c, inner};
-}
-
 // A run of n values of x (16-bit) as f32 in out.
 void widen(const Tensor& x, int64_t at, float* out, int64_t n) {
   if (x.dtype() == DType::f16)
@@ -51,12 +41,12 @@ void narrow(const float* in, const Tensor& y, int64_t at, int64_t n) {
 // otherwise a piece of one channel's run of `inner` values. Tile t covers [begin, begin + size)
 // of memory; first_channel and (for runs) channel say which channels it holds.
 struct Tiling {
-  Blocks b;
+  ChannelBlocks b;
   int64_t rows = 0;     // channels-last: rows per tile
   int64_t per_run = 0;  // otherwise: tiles per run of `inner` values
   int64_t count = 0;
 
-  explicit Tiling(const Blocks& blocks) : b(blocks) {
+  explicit Tiling(const ChannelBlocks& blocks) : b(blocks) {
     if (b.inner == 1) {
       rows = std::max<int64_t>(1, kTile / b.channels);
       count = (b.outer + rows - 1) / rows;
@@ -237,7 +227,7 @@ std::string batch_norm16_fwd_declines(const BatchNormFwdProblem& p) {
 
 void batch_norm16_fwd(const BatchNormFwdProblem& p) {
   if (p.training) batch_norm_statistics(p.x, p.mean, p.var);
-  const Tiling t(blocks_of(p.x));
+  const Tiling t(channel_blocks(p.x));
   const std::vector<float> invstd = invstd_of(p.var, p.eps);
   const int64_t C = t.b.channels;
   std::vector<float> scale(static_cast<size_t>(C));
@@ -268,7 +258,7 @@ std::string batch_norm16_bwd_declines(const BatchNormBwdProblem& p) {
 // dx = k * (dy - mean(dy) - xhat * mean(dy * xhat)) with k = gamma * invstd (training); the
 // statistics are constants in eval: dx = k * dy.
 void batch_norm16_bwd(const BatchNormBwdProblem& p) {
-  const Tiling t(blocks_of(p.x));
+  const Tiling t(channel_blocks(p.x));
   const int64_t C = t.b.channels;
   const double m = static_cast<double>(t.b.outer * t.b.inner);
   std::vector<double> sg, sgx;

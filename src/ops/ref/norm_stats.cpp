@@ -15,17 +15,6 @@
 namespace mixprec::ops {
 namespace {
 
-// A dense x [N, C, ...] seen in memory as [outer][C][inner]: inner is the channel's stride (the
-// dims laid out inside a channel), outer the rest, so channel c holds (o * C + c) * inner + i.
-struct ChannelBlocks {
-  int64_t outer, channels, inner;
-};
-ChannelBlocks channel_blocks(const Tensor& x) {
-  const int64_t c = x.shape()[1], n = x.numel();
-  const int64_t inner = c == 1 ? n : x.strides()[1];
-  return {c > 0 && inner > 0 ? n / (c * inner) : 0, c, inner};
-}
-
 // Four f64 lanes: one AVX2 register, or two SSE2 ones.
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
