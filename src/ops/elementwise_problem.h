@@ -108,7 +108,7 @@ struct Clamp : Params {  // a: low, b: high (+-inf when absent)
 // NaN propagates (as in PyTorch), so an overflow upstream stays visible to the finite checks.
 // Its gradient is ReluMask (from the output), not a dfdx.
 struct Relu : Params {
-  template <class C> MIXPREC_HD C operator()(C v) const { return (v > 0) | (v != v) ? v : C(0); }
+  template <class C> MIXPREC_HD C operator()(C v) const { return ((v > 0) | (v != v)) ? v : C(0); }
 };
 struct LeakyRelu : Params {  // a: the negative slope
   static constexpr Needs needs = Needs::x;

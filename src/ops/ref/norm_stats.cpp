@@ -19,7 +19,9 @@ namespace {
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef uint16_t v4h __attribute__((vector_size(8)));
+#ifdef __FLT16_MAX__  // GCC has _Float16 on x86; clang 14 (the fuzz build) does not
 typedef _Float16 v4hf __attribute__((vector_size(8)));
+#endif
 typedef uint32_t v4u __attribute__((vector_size(16)));
 #define MIXPREC_INLINE [[gnu::always_inline]] inline
 
@@ -35,10 +37,12 @@ template <class T> MIXPREC_INLINE void load4(const T* p, v4d& out) {
     v4f v;
     std::memcpy(&v, &w, sizeof v);
     out = __builtin_convertvector(v, v4d);
+#ifdef __FLT16_MAX__
   } else if constexpr (std::is_same_v<T, f16>) {  // exact; one vcvtph2ps in the AVX2 + F16C clone
     v4hf h;
     std::memcpy(&h, p, sizeof h);
     out = __builtin_convertvector(__builtin_convertvector(h, v4f), v4d);
+#endif
   } else {
     out = v4d{static_cast<double>(load(p[0])), static_cast<double>(load(p[1])),
               static_cast<double>(load(p[2])), static_cast<double>(load(p[3]))};
