@@ -12,6 +12,8 @@
 #include <unordered_map>
 
 #include "core/capture.h"
+#include "graph/fuse.h"
+#include "ops/dispatch.h"
 #include "mixprec/allocator.h"
 #include "mixprec/error.h"
 
@@ -132,44 +134,57 @@ int64_t assign_offsets(std::vector<Buffer>& buffers) {
 
 }  // namespace
 
-void Plan::plan_memory() {
-  if (!rec_) return;
+// Who holds each storage made during the capture: copying one kernel's work raises the use count
+// of exactly the tensors it captured, so each view's holders are the kernels whose copy raised
+// it. A storage is internal when nothing outside the plan explains a reference to it (inputs,
+// outputs, parameters, buffers and caches are held elsewhere) and the host never wrote it.
+fusion::Holdings Plan::holdings() const {
   Recorder& r = *rec_;
-  // Which kernels hold each tensor: copying one kernel's work raises the use count of exactly the
-  // tensors it captured. What the plan does not explain is held outside it.
   std::unordered_map<const TensorImpl*, long> base;
   for (auto& [key, impl] : r.impls) base.emplace(key, impl.use_count());
-  std::unordered_map<const TensorImpl*, std::pair<int64_t, int64_t>> span;  // kernels holding it
-  std::unordered_map<const TensorImpl*, long> plan_refs;
+  std::unordered_map<const TensorImpl*, std::vector<int64_t>> held_by;  // kernel, once per ref
   for (size_t k = 0; k < kernels_.size(); ++k) {
+    if (!kernels_[k]) continue;
     const std::function<void()> copy = kernels_[k];
-    for (auto& [key, count] : base) {
-      const long extra = r.impls[key].use_count() - count;
-      if (extra <= 0) continue;
-      plan_refs[key] += extra;
-      auto [it, fresh] = span.try_emplace(key, static_cast<int64_t>(k), static_cast<int64_t>(k));
-      if (!fresh) it->second.second = static_cast<int64_t>(k);
-    }
+    for (auto& [key, count] : base)
+      for (long extra = r.impls[key].use_count() - count; extra > 0; --extra)
+        held_by[key].push_back(static_cast<int64_t>(k));
   }
   std::unordered_map<const Storage*, std::vector<const TensorImpl*>> views;
   for (auto& [key, count] : base) views[r.impls[key]->storage.get()].push_back(key);
-  std::vector<Buffer> buffers;
+  fusion::Holdings out;
   for (auto& [key, u] : r.storages) {
     if (u.storage->id() < r.first_id || !u.storage->device().is_cpu()) continue;
     const std::vector<const TensorImpl*>& vs = views[key];
-    bool internal = !u.host_written && u.storage.use_count() == static_cast<long>(vs.size()) + 1;
-    int64_t first = u.first, last = u.last, refs = 0;
+    fusion::Holding& h = out[key];
+    h.internal = !u.host_written && u.storage.use_count() == static_cast<long>(vs.size()) + 1;
     for (const TensorImpl* v : vs) {
-      const long held = plan_refs.count(v) ? plan_refs[v] : 0;
-      internal = internal && base[v] == 1 + held;  // the recorder's reference + the kernels'
-      refs += held;
-      if (held > 0) {
-        first = first < 0 ? span[v].first : std::min(first, span[v].first);
-        last = std::max(last, span[v].second);
-      }
+      auto it = held_by.find(v);
+      const long held = it == held_by.end() ? 0 : static_cast<long>(it->second.size());
+      h.internal = h.internal && base[v] == 1 + held;  // the recorder's reference + the kernels'
+      if (held > 0) h.kernels.insert(h.kernels.end(), it->second.begin(), it->second.end());
     }
-    if (refs > 0 && !internal) stats_.held_bytes += static_cast<int64_t>(u.storage->nbytes());
-    if (!internal || refs == 0 || first < 0) continue;
+    std::sort(h.kernels.begin(), h.kernels.end());
+    h.kernels.erase(std::unique(h.kernels.begin(), h.kernels.end()), h.kernels.end());
+  }
+  return out;
+}
+
+void Plan::plan_memory() {
+  if (!rec_) return;
+  Recorder& r = *rec_;
+  const char* fuse_env = std::getenv("MIXPREC_GRAPH_FUSE");
+  if (fuse_env == nullptr || std::string_view(fuse_env) != "0")
+    stats_.fused = fusion::fuse(kernels_, holdings(), ops::verbose_level() > 0);
+  const fusion::Holdings holds = holdings();
+  std::vector<Buffer> buffers;
+  for (auto& [key, h] : holds) {
+    const Recorder::StorageUse& u = r.storages.at(key);
+    if (!h.kernels.empty() && !h.internal) stats_.held_bytes += static_cast<int64_t>(u.storage->nbytes());
+    if (!h.internal || h.kernels.empty()) continue;
+    // The span: the kernels holding it and those that touched it through data_ptr() at capture.
+    const int64_t first = u.first < 0 ? h.kernels.front() : std::min(u.first, h.kernels.front());
+    const int64_t last = std::max(u.last, h.kernels.back());
     buffers.push_back(Buffer{u.storage.get(), align_up(static_cast<int64_t>(u.storage->nbytes())), first, last});
   }
   const int64_t total = assign_offsets(buffers);
@@ -181,6 +196,8 @@ void Plan::plan_memory() {
   stats_.arena_bytes = total;
   for (const Buffer& b : buffers) stats_.unplanned_bytes += b.bytes;
   rec_.reset();
+  std::erase_if(kernels_, [](const std::function<void()>& k) { return !k; });  // the fused-away
+  stats_.kernels = static_cast<int64_t>(kernels_.size());
 }
 
 int64_t measure_peak(const std::function<void()>& fn) {

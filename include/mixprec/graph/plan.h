@@ -9,14 +9,20 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "mixprec/tensor.h"
 
 namespace mixprec::graph {
+namespace fusion {
+struct Holding;
+using Holdings = std::unordered_map<const Storage*, Holding>;
+}  // namespace fusion
 
 struct PlanStats {
-  int64_t kernels = 0;           // recorded kernel calls, replayed in order
+  int64_t kernels = 0;           // kernel calls replayed in order (after fusion)
+  int64_t fused = 0;             // recorded calls that fusion folded into others
   int64_t planned_buffers = 0;   // intermediates placed in the arena
   int64_t arena_bytes = 0;       // the arena they share (offsets by liveness)
   int64_t unplanned_bytes = 0;   // what the same intermediates take one buffer each
@@ -35,9 +41,10 @@ class Plan {
   // either way and its results are valid.
   static std::unique_ptr<Plan> capture(const std::function<void()>& fn, std::string* why_not);
 
-  // Moves the intermediates into the arena. Call once, after the caller has dropped every
-  // tensor of the run it does not keep: what anything outside the plan still holds (inputs,
-  // outputs, parameters, buffers) keeps its own memory.
+  // Fuses kernels (unless MIXPREC_GRAPH_FUSE=0), then moves the intermediates into the arena.
+  // Call once, after the caller has dropped every tensor of the run it does not keep: what
+  // anything outside the plan still holds (inputs, outputs, parameters, buffers) keeps its own
+  // memory and is never fused away.
   void plan_memory();
 
   // Runs the recorded kernels again, in order, on the same buffers.
@@ -48,6 +55,7 @@ class Plan {
  private:
   struct Recorder;
   Plan() = default;
+  fusion::Holdings holdings() const;
   std::shared_ptr<Storage> arena_;  // declared first: destroyed after the kernels that use it
   std::vector<std::function<void()>> kernels_;
   std::unique_ptr<Recorder> rec_;   // what capture saw, until plan_memory
