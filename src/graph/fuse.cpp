@@ -11,6 +11,10 @@
 //     (BatchNormFwdProblem::relu); y is never written.
 //  2. ReLU backward (relu_mask of the incoming gradient by the ReLU's output), then BatchNorm
 //     backward of the masked gradient: BatchNorm masks as it reads (BatchNormBwdProblem::relu_y).
+//  3. An add, then ReLU of its output (a residual block's end): one add_relu pass writes the
+//     ReLU's output (PointwiseFn::add_relu).
+// The holders are computed once, before any fusion; a fusion only moves a write earlier, to a
+// call that already held the buffers it reads, so the later patterns' conditions stay sound.
 #include "graph/fuse.h"
 
 #include <algorithm>
@@ -43,7 +47,10 @@ class Fuser {
   int64_t run() {
     for (size_t i = 0; i < kernels_.size(); ++i) {
       if (auto* bn = call<BatchNormFwdProblem>(i)) fuse_bn_relu_forward(i, *bn);
-      if (auto* mask = call<PointwiseProblem>(i)) fuse_relu_mask_bn_backward(i, *mask);
+      if (auto* pw = call<PointwiseProblem>(i)) {
+        fuse_add_relu(i, *pw);
+        fuse_relu_mask_bn_backward(i, *pw);
+      }
     }
     return removed_;
   }
@@ -89,24 +96,44 @@ class Fuser {
                    static_cast<int>(impl.size()), impl.data());
   }
 
+  // The ReLU call that is the only reader of y, the output of call i, if there is one: its
+  // index (or -1). Its output z can be written at i instead: no call in between holds it.
+  int64_t relu_of(const Tensor& y, size_t i) {
+    const int64_t j = partner(y, i);
+    if (j <= static_cast<int64_t>(i)) return -1;
+    const auto b = static_cast<size_t>(j);
+    auto* relu = call<PointwiseProblem>(b);
+    if (relu == nullptr || relu->p.fn != PointwiseFn::relu || !same_view(relu->p.in[0], y))
+      return -1;
+    const Tensor& z = relu->p.out;
+    if (!only_between(y, i, b) || !untouched_between(z, i, b) || z.shape() != y.shape() ||
+        z.dtype() != y.dtype() || z.strides() != y.strides())
+      return -1;
+    return j;
+  }
+
   void fuse_bn_relu_forward(size_t i, RecordedCall<BatchNormFwdProblem>& bn) {
     if (bn.p.relu) return;
-    const int64_t j = partner(bn.p.y, i);
-    if (j <= static_cast<int64_t>(i)) return;
-    auto* relu = call<PointwiseProblem>(static_cast<size_t>(j));
-    if (relu == nullptr || relu->p.fn != PointwiseFn::relu || !same_view(relu->p.in[0], bn.p.y))
-      return;
-    const Tensor& z = relu->p.out;
-    if (!only_between(bn.p.y, i, static_cast<size_t>(j)) ||
-        !untouched_between(z, i, static_cast<size_t>(j)) || z.shape() != bn.p.y.shape() ||
-        z.dtype() != bn.p.y.dtype() || z.strides() != bn.p.x.strides())
-      return;
+    const int64_t j = relu_of(bn.p.y, i);
+    if (j < 0) return;
     BatchNormFwdProblem fused = bn.p;
-    fused.y = z;
+    fused.y = call<PointwiseProblem>(static_cast<size_t>(j))->p.out;
     fused.relu = true;
     if (!accepts(bn, fused)) return;
     bn.p = std::move(fused);
     remove(static_cast<size_t>(j), "relu into batch_norm forward", i, ops::kernel_of(bn.run)->name);
+  }
+
+  void fuse_add_relu(size_t i, RecordedCall<PointwiseProblem>& add) {
+    if (add.p.fn != PointwiseFn::add) return;
+    const int64_t j = relu_of(add.p.out, i);
+    if (j < 0) return;
+    PointwiseProblem fused = add.p;
+    fused.fn = PointwiseFn::add_relu;
+    fused.out = call<PointwiseProblem>(static_cast<size_t>(j))->p.out;
+    if (!accepts(add, fused)) return;
+    add.p = std::move(fused);
+    remove(static_cast<size_t>(j), "relu into add", i, ops::kernel_of(add.run)->name);
   }
 
   void fuse_relu_mask_bn_backward(size_t i, RecordedCall<PointwiseProblem>& mask) {

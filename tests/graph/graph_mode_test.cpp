@@ -140,16 +140,17 @@ TEST(GraphMode, ANewInputShapeCapturesAgainAndStaysBitwiseEqual) {
 }
 
 // Fusion (src/graph/fuse.cpp): at O2-f16 (the tile-wise BatchNorm kernel takes f16 on every CPU)
-// each BatchNorm + ReLU pair is one kernel forward and one backward, and the run stays bitwise
-// equal to eager, skipped steps included; MIXPREC_GRAPH_FUSE=0 keeps the pairs apart.
+// each BatchNorm + ReLU pair is one kernel forward and one backward, each add + ReLU one pass,
+// and the run stays bitwise equal to eager, skipped steps included; MIXPREC_GRAPH_FUSE=0 keeps
+// them apart.
 TEST(GraphMode, BatchNormReluPairsFuseForwardAndBackwardAndStayBitwiseEqual) {
   const Config f16{"O2", DType::f16, 0x1p20};
   const Trace convnet = expect_graph_equals_eager("convnet-bn", f16, 6, {4});
   EXPECT_EQ(convnet.info.plan.fused, 4) << "two BatchNorm + ReLU pairs, forward and backward";
-  // resnet-small: the stem and the first half of each of the six blocks (the second half adds
-  // the shortcut before its ReLU, which is not a pair).
+  // resnet-small: BatchNorm + ReLU in the stem and the first half of each of the six blocks
+  // (7 forward, 7 backward); each block ends with relu(add(bn2, shortcut)): 6 add_relu.
   const Trace resnet = expect_graph_equals_eager("resnet-small", f16, 4, {2});
-  EXPECT_EQ(resnet.info.plan.fused, 14);
+  EXPECT_EQ(resnet.info.plan.fused, 20);
   ::setenv("MIXPREC_GRAPH_FUSE", "0", 1);
   const Trace unfused = train("convnet-bn", f16, Mode::graph, 6, {4});
   ::unsetenv("MIXPREC_GRAPH_FUSE");
