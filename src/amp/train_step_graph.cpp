@@ -173,7 +173,9 @@ std::vector<Tensor> TrainOneStepCell::capture_step(detail::CapturedStep& e, cons
   e.loss = loss.detach();
   e.grads = grads;
   loss = Tensor();
-  plan->plan_memory();
+  std::vector<Tensor> outputs = grads;
+  outputs.push_back(e.loss);
+  plan->plan_memory(outputs);
   e.plan = std::move(plan);
   graph::PlanStats st = e.plan->stats();
   st.eager_peak_bytes = e.eager_peak;

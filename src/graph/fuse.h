@@ -16,6 +16,7 @@ namespace mixprec::graph::fusion {
 // What the plan knows about one storage the recorded kernels use.
 struct Holding {
   bool internal = false;         // made in the step, held by nothing outside the recorded kernels
+  bool output = false;           // made in the step, one of the plan's outputs (never fused away)
   std::vector<int64_t> kernels;  // the kernels that hold a view of it, ascending
 };
 using Holdings = std::unordered_map<const Storage*, Holding>;

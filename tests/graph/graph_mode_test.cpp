@@ -243,6 +243,38 @@ TEST(GraphPlan, ReplaysOnNewInputValuesWithoutAllocatingAndPlansAnArena) {
   EXPECT_EQ(out.item(), expect.item());
 }
 
+// Outputs handed to plan_memory share the arena with the intermediates that die before them
+// (their span starts at their first kernel), keep the values the capture computed, and hold the
+// new values after each replay.
+TEST(GraphPlan, OutputsGoIntoTheArenaKeepTheirValuesAndAreRewrittenByEachReplay) {
+  NoGradGuard ng;
+  Tensor a = testing::random({128, 64}, 4, DType::f32);
+  const Tensor w = testing::random({64, 64}, 5, DType::f32);
+  auto run = [&](Tensor& big, Tensor& small) {
+    Tensor h = ops::relu(ops::matmul(a, w));    // 32 KiB, dead once h2 exists
+    Tensor h2 = ops::mul(ops::add(h, h), 0.5);  // dead once `big` exists
+    big = ops::mul(h2, 3.0);                    // an output made late: may reuse h's bytes
+    small = ops::sum(big);
+  };
+  Tensor big, small;
+  std::string why;
+  auto plan = graph::Plan::capture([&] { run(big, small); }, &why);
+  ASSERT_TRUE(plan) << why;
+  const std::vector<float> captured = big.to_vector<float>();
+  const double captured_sum = small.item();
+  plan->plan_memory({big, small});
+  EXPECT_EQ(big.to_vector<float>(), captured) << "values copied into the arena";
+  EXPECT_EQ(small.item(), captured_sum);
+  EXPECT_EQ(plan->stats().held_bytes, 0) << "the outputs are planned, not held apart";
+  EXPECT_LT(plan->stats().arena_bytes, plan->stats().unplanned_bytes) << "the late output reuses dead bytes";
+  a.copy_(testing::random({128, 64}, 6, DType::f32));
+  plan->replay();
+  Tensor want_big, want_small;
+  run(want_big, want_small);
+  EXPECT_EQ(big.to_vector<float>(), want_big.to_vector<float>());
+  EXPECT_EQ(small.item(), want_small.item());
+}
+
 TEST(GraphMode, ModeNamesParseAndAnUnknownOneIsRefused) {
   EXPECT_EQ(parse_mode("graph"), Mode::graph);
   EXPECT_EQ(parse_mode("pynative"), Mode::pynative);

@@ -43,9 +43,11 @@ class Plan {
 
   // Fuses kernels (unless MIXPREC_GRAPH_FUSE=0), then moves the intermediates into the arena.
   // Call once, after the caller has dropped every tensor of the run it does not keep: what
-  // anything outside the plan still holds (inputs, outputs, parameters, buffers) keeps its own
-  // memory and is never fused away.
-  void plan_memory();
+  // anything outside the plan still holds (inputs, parameters, buffers) keeps its own memory and
+  // is never fused away. `outputs` (made by the run; the gradients and loss of a train step) go
+  // into the arena too, alive from their first kernel to the end of the plan, their values
+  // copied over: they are valid after the capture and after each replay, until the next replay.
+  void plan_memory(const std::vector<Tensor>& outputs = {});
 
   // Runs the recorded kernels again, in order, on the same buffers.
   void replay() const;
@@ -55,7 +57,7 @@ class Plan {
  private:
   struct Recorder;
   Plan() = default;
-  fusion::Holdings holdings() const;
+  fusion::Holdings holdings(const std::vector<Tensor>& outputs) const;
   std::shared_ptr<Storage> arena_;  // declared first: destroyed after the kernels that use it
   std::vector<std::function<void()>> kernels_;
   std::unique_ptr<Recorder> rec_;   // what capture saw, until plan_memory
