@@ -17,4 +17,14 @@ void capture_fail(std::string reason) {
   if (CaptureRecorder* r = capture_recorder()) r->fail(std::move(reason));
 }
 
+void capture_owns(const Tensor& t) {
+  if (CaptureRecorder* r = capture_recorder(); r != nullptr && capture_depth() == 0 && t.defined())
+    r->owns(t.impl());
+}
+
+void capture_holds(const Tensor& t) {
+  if (capture_recorder() != nullptr && capture_depth() > 0 && t.defined())
+    (void)t.data_ptr();  // data_ptr() reports the access to the recorder, as from the kernel
+}
+
 }  // namespace mixprec::detail

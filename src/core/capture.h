@@ -25,6 +25,9 @@ class CaptureRecorder {
   virtual void touch(const std::shared_ptr<TensorImpl>& t, bool in_kernel) = 0;
   // Marks the capture as failed (the step still ran eagerly); the first reason wins.
   virtual void fail(std::string reason) = 0;
+  // The last recorded kernel owns one reference to t that copying the kernel does not show (a
+  // tensor behind a pointer the kernel shares, such as a pooling workspace).
+  virtual void owns(const TensorImpl* t) = 0;
 };
 
 // The recorder active on this thread (null: not capturing), and the depth of run_kernel calls.
@@ -53,5 +56,14 @@ template <class F> void run_kernel(F&& work) {
 
 // Tells the active recorder (if any) that the step cannot be captured, and why.
 void capture_fail(std::string reason);
+
+// From inside a kernel: tells the active recorder (if any) that the kernel holds `t` without
+// reading it (a problem field this kernel ignores, e.g. max pooling's x when the argmax workspace
+// serves), so that memory planning sees every holder of t's storage. Without it the storage has
+// a holder the plan cannot explain and keeps its own memory, outside the arena.
+void capture_holds(const Tensor& t);
+
+// After run_kernel: the kernel just recorded owns one reference to t (see CaptureRecorder::owns).
+void capture_owns(const Tensor& t);
 
 }  // namespace mixprec::detail

@@ -31,10 +31,12 @@ struct Plan::Recorder final : detail::CaptureRecorder {
   std::vector<std::function<void()>>* kernels = nullptr;
   std::unordered_map<const TensorImpl*, std::shared_ptr<TensorImpl>> impls;
   std::unordered_map<const Storage*, StorageUse> storages;
+  std::unordered_map<const TensorImpl*, std::vector<int64_t>> owned;  // references kernels own
   uint64_t first_id = 0;  // storages with this id or above were made during the capture
   std::string failure;
 
   void record(std::function<void()> work) override { kernels->push_back(std::move(work)); }
+  void owns(const TensorImpl* t) override { owned[t].push_back(static_cast<int64_t>(kernels->size()) - 1); }
 
   void touch(const std::shared_ptr<TensorImpl>& t, bool in_kernel) override {
     impls.try_emplace(t.get(), t);
@@ -107,12 +109,9 @@ int64_t align_up(int64_t n) {
   return (n + a - 1) / a * a;
 }
 
-// Offsets for buffers with lifetimes [first, last]: largest first, each in the smallest gap
+// Offsets for buffers with lifetimes [first, last], in the order given: each in the smallest gap
 // that fits among the placed buffers alive at the same time. Returns the arena size.
-int64_t assign_offsets(std::vector<Buffer>& buffers) {
-  std::sort(buffers.begin(), buffers.end(), [](const Buffer& a, const Buffer& b) {
-    return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
-  });
+int64_t place(std::vector<Buffer>& buffers) {
   int64_t total = 0;
   std::vector<const Buffer*> placed;
   for (Buffer& b : buffers) {
@@ -135,6 +134,23 @@ int64_t assign_offsets(std::vector<Buffer>& buffers) {
   return total;
 }
 
+// Best-fit placement in two orders, the smaller arena kept: largest first (big buffers do not
+// fragment the small ones' gaps) and in the order the kernels first use them (as eager's
+// allocator meets them, which wins when lifetimes nest like a stack).
+int64_t assign_offsets(std::vector<Buffer>& buffers) {
+  std::vector<Buffer> by_time = buffers;
+  std::sort(buffers.begin(), buffers.end(), [](const Buffer& a, const Buffer& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.first < b.first;
+  });
+  std::sort(by_time.begin(), by_time.end(), [](const Buffer& a, const Buffer& b) {
+    return a.first != b.first ? a.first < b.first : a.bytes > b.bytes;
+  });
+  const int64_t by_size_total = place(buffers), by_time_total = place(by_time);
+  if (by_time_total >= by_size_total) return by_size_total;
+  buffers = std::move(by_time);
+  return by_time_total;
+}
+
 }  // namespace
 
 // Who holds each storage made during the capture: copying one kernel's work raises the use count
@@ -153,6 +169,9 @@ fusion::Holdings Plan::holdings(const std::vector<Tensor>& outputs) const {
       for (long extra = r.impls[key].use_count() - count; extra > 0; --extra)
         held_by[key].push_back(static_cast<int64_t>(k));
   }
+  for (auto& [key, ks] : r.owned)
+    for (int64_t k : ks)
+      if (kernels_[static_cast<size_t>(k)]) held_by[key].push_back(k);
   std::unordered_map<const Storage*, std::vector<const TensorImpl*>> views;
   for (auto& [key, count] : base) views[r.impls[key]->storage.get()].push_back(key);
   std::unordered_set<const Storage*> returned;

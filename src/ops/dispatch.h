@@ -95,10 +95,24 @@ std::string desc_with_strides(const Tensor& t);
 // A recorded kernel call: the problem (by value: copying the call holds its tensors) and the
 // kernel that ran it. GRAPH_MODE's fusion (src/graph/fuse.cpp) finds calls by problem type through
 // std::function::target and may rewrite the problem, never the kernel.
+// While capturing, the problem's data tensors (inputs() / outputs(), where the problem lists
+// them) are reported as held by the call: a kernel that reads them only through views it makes
+// (low_via_f32_batched's chunks) would otherwise hold a tensor the plan cannot see.
 template <class Problem> struct RecordedCall {
   Problem p;
   void (*run)(const Problem&);
-  void operator()() const { run(p); }
+  void operator()() const {
+    if constexpr (requires {
+                    Problem::inputs();
+                    Problem::outputs();
+                  }) {
+      if (mixprec::detail::capture_recorder() != nullptr) {
+        for (Tensor Problem::*m : Problem::inputs()) mixprec::detail::capture_holds(p.*m);
+        for (Tensor Problem::*m : Problem::outputs()) mixprec::detail::capture_holds(p.*m);
+      }
+    }
+    run(p);
+  }
 };
 
 // The registered kernel whose run function is `run` (null if none).
@@ -122,6 +136,7 @@ template <class Problem> void record_call(const Problem& p, void (*run)(const Pr
       q.workspace = owned.get();
       mixprec::detail::run_kernel([q, owned, run] { run(q); });
       *p.workspace = *owned;
+      mixprec::detail::capture_owns(*owned);  // the call holds it through `owned`
       return;
     }
   }

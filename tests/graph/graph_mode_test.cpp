@@ -147,10 +147,15 @@ TEST(GraphMode, BatchNormReluPairsFuseForwardAndBackwardAndStayBitwiseEqual) {
   const Config f16{"O2", DType::f16, 0x1p20};
   const Trace convnet = expect_graph_equals_eager("convnet-bn", f16, 6, {4});
   EXPECT_EQ(convnet.info.plan.fused, 4) << "two BatchNorm + ReLU pairs, forward and backward";
+  // Every buffer the step makes is in the arena (the gradients and loss included): the max-pool
+  // workspace a call owns through a pointer, and the tensors kernels hold but read only through
+  // views of their own (the chunked 16-bit convolutions), too. Apart: the 4-byte scale seed.
+  EXPECT_LE(convnet.info.plan.held_bytes, 8);
   // resnet-small: BatchNorm + ReLU in the stem and the first half of each of the six blocks
   // (7 forward, 7 backward); each block ends with relu(add(bn2, shortcut)): 6 add_relu.
   const Trace resnet = expect_graph_equals_eager("resnet-small", f16, 4, {2});
   EXPECT_EQ(resnet.info.plan.fused, 20);
+  EXPECT_LE(resnet.info.plan.held_bytes, 8);
   ::setenv("MIXPREC_GRAPH_FUSE", "0", 1);
   const Trace unfused = train("convnet-bn", f16, Mode::graph, 6, {4});
   ::unsetenv("MIXPREC_GRAPH_FUSE");
