@@ -3,7 +3,9 @@
 // that reads the gradient (f32, bf16 or f16), applies weight decay, updates the state and the
 // fp32 weight, and — when AMP working copies are attached — writes the low-precision copy in
 // the same pass (no extra sweep) and registers it in the cast cache. step() advances the step
-// counter and the schedule; a step the loss scaler skips never calls it.
+// counter and the schedule; a step the loss scaler skips never calls it. State lives on the
+// parameters' device: it follows them (to(), or at the next step) when they move. On a CUDA
+// device the update is one multi-tensor op (ops::fused_momentum_: Momentum and SGD only).
 #pragma once
 
 #include <cstdint>
@@ -79,6 +81,18 @@ class Optimizer {
   // All state tensors ("moments.3", ...), fp32, for checkpoints; written in place on load.
   std::vector<NamedState> state() const;
 
+  // Moves the state to `device` and re-derives the working copies there (after the parameters
+  // moved: nn::Cell::to). step() does this by itself when it finds the parameters elsewhere.
+  void to(Device device);
+  // The update of every parameter as one multi-tensor op on their device, queued without any
+  // host read: skipped there when found_inf (f32 [1]; undefined: never) is not 0, gradients
+  // multiplied by inv_scale (f32 [1]; undefined: 1) as they are read, the learning rate of step
+  // `lr_step`. Does not advance the step count (the caller knows when the update applied).
+  // Gradients: one per parameter, on its device (undefined: zeros). Momentum and SGD have it
+  // (bit for bit their step()); the others throw.
+  virtual void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                          const Tensor& inv_scale, int64_t lr_step);
+
  protected:
   // The fused update of one parameter. p and state are fp32 contiguous; g has grad_dtype;
   // low (nullable) receives the rounded weights in low_dtype.
@@ -96,6 +110,12 @@ class Optimizer {
     double grad_scale;    // multiplies each gradient element as it is read
   };
   virtual void update(const UpdateArgs& a) = 0;
+  // fused_step with a momentum update (ops::fused_momentum_) over `velocity` (one per param).
+  void fused_momentum_step(const std::vector<Tensor>& grads, const std::vector<Tensor>& velocity,
+                           const Tensor& found_inf, const Tensor& inv_scale, int64_t lr_step,
+                           double momentum, bool nesterov);
+  const std::vector<std::vector<Tensor>>& slots() const { return state_; }
+  void follow_parameters();  // state and working copies onto the parameters' device
 
  private:
   void apply(size_t i, const Tensor& grad, double grad_scale);
@@ -116,6 +136,8 @@ class Momentum : public Optimizer {
  public:
   Momentum(std::vector<Tensor> params, LearningRate learning_rate, double momentum,
            double weight_decay = 0.0, bool use_nesterov = false);
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, int64_t lr_step) override;
 
  protected:
   void update(const UpdateArgs& a) override;
@@ -129,9 +151,15 @@ class Momentum : public Optimizer {
 class SGD : public Optimizer {
  public:
   explicit SGD(std::vector<Tensor> params, LearningRate learning_rate = 0.1, double weight_decay = 0.0);
+  // Momentum 0 over a velocity zeroed first (v = g + wd * p; p -= lr * v: SGD's formula).
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, int64_t lr_step) override;
 
  protected:
   void update(const UpdateArgs& a) override;
+
+ private:
+  std::vector<Tensor> scratch_;  // fused_step's velocity, on the parameters' device
 };
 
 // Adam with L2 weight decay added to the gradient; AdamW decouples it (p -= lr * wd * p).
