@@ -18,7 +18,7 @@ namespace {
 using cuda_detail::load_elem;
 using cuda_detail::store_elem;
 
-constexpr unsigned kThreads = 256;  // every kernel here: 256 threads = 8 warps a block
+constexpr unsigned kThreads = 256;            // every kernel here: 256 threads = 8 warps a block
 constexpr unsigned kWarps = kThreads / 32;
 
 // ------------------------------------------------------------------ warp helpers
@@ -93,8 +93,9 @@ __global__ void softmax_fwd_kernel(const void* x, void* y, DType dt, AxisSplit a
 }
 
 // Same grid and access pattern; two passes (the row's sum of dy*y or dy, then dx).
-template <class C> __global__ void softmax_bwd_kernel(const void* y, const void* dy, void* dx,
-                                                      DType dt, AxisSplit a, bool log) {
+template <class C>
+__global__ void softmax_bwd_kernel(const void* y, const void* dy, void* dx, DType dt, AxisSplit a,
+                                   bool log) {
   for (int64_t r = first_row(); r < a.outer * a.inner; r += row_step()) {
     const int64_t base = (r / a.inner) * a.n * a.inner + r % a.inner;
     C s = 0;
@@ -116,9 +117,10 @@ template <class C> __global__ void softmax_bwd_kernel(const void* y, const void*
 // Grid/block: warps over the R rows of x [R, M] (contiguous); lanes stride the row (coalesced).
 // Two passes for the statistics (mean, then the sum of squared deviations: no cancellation),
 // one to write y. gamma/beta are [M] in C or null; mean/var [R] in C.
-template <class C> __global__ void layer_norm_fwd_kernel(const void* x, void* y, DType dt,
-                                                         const C* gamma, const C* beta, C* mean,
-                                                         C* var, int64_t rows, int64_t m, C eps) {
+template <class C>
+__global__ void layer_norm_fwd_kernel(const void* x, void* y, DType dt, const C* gamma,
+                                      const C* beta, C* mean, C* var, int64_t rows, int64_t m,
+                                      C eps) {
   for (int64_t r = first_row(); r < rows; r += row_step()) {
     const int64_t base = r * m;
     C sum = 0;
@@ -142,10 +144,10 @@ template <class C> __global__ void layer_norm_fwd_kernel(const void* x, void* y,
 }
 
 // dx: warps over rows as the forward (two passes: the row sums a, b; then dx).
-template <class C> __global__ void layer_norm_bwd_dx_kernel(const void* x, const void* dy, void* dx,
-                                                            DType dt, const C* gamma, const C* mean,
-                                                            const C* var, int64_t rows, int64_t m,
-                                                            C eps) {
+template <class C>
+__global__ void layer_norm_bwd_dx_kernel(const void* x, const void* dy, void* dx, DType dt,
+                                         const C* gamma, const C* mean, const C* var,
+                                         int64_t rows, int64_t m, C eps) {
   for (int64_t r = first_row(); r < rows; r += row_step()) {
     const int64_t base = r * m;
     const C mu = mean[r], rstd = C(1) / sqrt(var[r] + eps);
@@ -168,10 +170,10 @@ template <class C> __global__ void layer_norm_bwd_dx_kernel(const void* x, const
 // dgamma, dbeta: grid_for(m, 256) blocks, one thread per column j summing the rows in order
 // (deterministic, as the reference). A warp reads 32 consecutive columns of a row: coalesced.
 // dgamma/dbeta may be null (no affine parameters).
-template <class C> __global__ void layer_norm_bwd_params_kernel(const void* x, const void* dy,
-                                                                DType dt, const C* mean,
-                                                                const C* var, C* dgamma, C* dbeta,
-                                                                int64_t rows, int64_t m, C eps) {
+template <class C>
+__global__ void layer_norm_bwd_params_kernel(const void* x, const void* dy, DType dt,
+                                             const C* mean, const C* var, C* dgamma, C* dbeta,
+                                             int64_t rows, int64_t m, C eps) {
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < m;
        j += int64_t{gridDim.x} * blockDim.x) {
     C sg = 0, sb = 0;
@@ -194,8 +196,8 @@ template <class C> __global__ void layer_norm_bwd_params_kernel(const void* x, c
 // non-finite loss and skips its update.
 template <class C>
 __global__ void cross_entropy_fwd_kernel(const C* x, const int64_t* sparse_labels,
-                                         const C* dense_labels, C* loss, C* row_max, C* row_logsum,
-                                         int64_t n, int64_t c) {
+                                         const C* dense_labels, C* loss, C* row_max,
+                                         C* row_logsum, int64_t n, int64_t c) {
   for (int64_t i = first_row(); i < n; i += row_step()) {
     const C* xi = x + i * c;
     C m = -std::numeric_limits<C>::infinity();
@@ -227,8 +229,8 @@ __global__ void cross_entropy_fwd_kernel(const C* x, const int64_t* sparse_label
 template <class C>
 __global__ void cross_entropy_bwd_kernel(const C* x, const int64_t* sparse_labels,
                                          const C* dense_labels, const C* row_max,
-                                         const C* row_logsum, const C* g, int64_t g_numel, C factor,
-                                         C* d, int64_t n, int64_t c) {
+                                         const C* row_logsum, const C* g, int64_t g_numel,
+                                         C factor, C* d, int64_t n, int64_t c) {
   for (int64_t i = first_row(); i < n; i += row_step()) {
     const C gi = g[g_numel == 1 ? 0 : i] * factor;
     const C* xi = x + i * c;
@@ -269,9 +271,9 @@ __global__ void embedding_fwd_kernel(const void* w, const int64_t* idx, void* ou
 // adding grad[i, j] into dweight[idx[i], j]: each dweight element is written by one thread only
 // (no atomics) and sums its positions in order, as the reference. dweight is zero-filled, in C.
 // An index outside [0, num) adds nothing (its forward row was NaN).
-template <class C> __global__ void embedding_bwd_kernel(const void* grad, DType dt,
-                                                        const int64_t* idx, C* dw, int64_t n,
-                                                        int64_t dim, int64_t num) {
+template <class C>
+__global__ void embedding_bwd_kernel(const void* grad, DType dt, const int64_t* idx, C* dw,
+                                     int64_t n, int64_t dim, int64_t num) {
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < dim;
        j += int64_t{gridDim.x} * blockDim.x)
     for (int64_t i = 0; i < n; ++i)
@@ -295,8 +297,7 @@ struct ReduceArgs {
 // Grid: one block of 256 threads per output (grid-stride over outputs); the block's threads
 // take reduced positions t, t+256, ... (decomposed through red_sizes/red_strides), sum them in
 // A (f32, f64 or i64: acc_dtype), then a shared-memory tree halves 256 partial sums to one.
-// Thread 0 writes sum * scale (in A, as the reference), rounded once into out. Invariant:
-// blockDim.x == 256 (the tree's size).
+// Thread 0 writes sum * scale (in A, as the reference), rounded once into out. Invariant: blockDim.x == 256 (the tree's size).
 template <class A> __global__ void reduce_sum_kernel(ReduceArgs a) {
   __shared__ A part[kThreads];
   for (int64_t o = blockIdx.x; o < a.outputs; o += gridDim.x) {
@@ -416,8 +417,8 @@ void cross_entropy_bwd(const CrossEntropyBwdProblem& p) {
     cross_entropy_bwd_kernel<C><<<grid_rows(n), kThreads, 0, s>>>(
         ptr_or_null<C>(p.logits), p.sparse ? ptr_or_null<int64_t>(p.labels) : nullptr,
         p.sparse ? nullptr : ptr_or_null<C>(p.labels), ptr_or_null<C>(p.row_max),
-        ptr_or_null<C>(p.row_logsum), ptr_or_null<C>(p.g), p.g.numel(), static_cast<C>(p.factor),
-        mut_or_null<C>(p.dlogits), n, c);
+        ptr_or_null<C>(p.row_logsum), ptr_or_null<C>(p.g), p.g.numel(),
+        static_cast<C>(p.factor), mut_or_null<C>(p.dlogits), n, c);
   });
   MIXPREC_CUDA_LAUNCHED();
 }
@@ -427,8 +428,8 @@ void embedding_fwd(const EmbeddingFwdProblem& p) {
   if (n * dim == 0) return;
   cudaStream_t s = cuda_detail::activate(p.weight.device());
   embedding_fwd_kernel<<<cuda_detail::grid_for(n * dim, kThreads), kThreads, 0, s>>>(
-      p.weight.data_ptr(), ptr_or_null<int64_t>(p.indices), p.out.data_ptr(), p.weight.dtype(), n,
-      dim, p.weight.shape()[0]);
+      p.weight.data_ptr(), ptr_or_null<int64_t>(p.indices), p.out.data_ptr(), p.weight.dtype(),
+      n, dim, p.weight.shape()[0]);
   MIXPREC_CUDA_LAUNCHED();
 }
 
