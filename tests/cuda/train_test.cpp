@@ -2,13 +2,21 @@
 // O0 and O2-f16 with dynamic loss scaling (the device step: flags, scale and skip on the GPU),
 // including steps that overflow and are skipped; moving a network there and back; the BatchNorm
 // running statistics updated on the device; the optimizer's state made on the parameters'
-// device; and a label out of range giving a non-finite loss instead of a read outside the row.
+// device; train::Model training and evaluating on the context's GPU, and a checkpoint saved from
+// there; and a label out of range giving a non-finite loss instead of a read outside the row.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include <filesystem>
+
 #include "amp/train_steps_util.h"
 #include "cuda_test_util.h"
+#include "mixprec/context.h"
+#include "mixprec/data/dataset.h"
+#include "mixprec/data/transforms.h"
+#include "mixprec/io/checkpoint.h"
+#include "mixprec/train/model.h"
 
 namespace mixprec {
 namespace {
@@ -100,6 +108,49 @@ TEST(CudaTrain, ALabelOutOfRangeGivesANonFiniteLossOnTheGpu) {
   EXPECT_TRUE(std::isfinite(l[0]));
   EXPECT_TRUE(std::isnan(l[1]));
   EXPECT_TRUE(std::isfinite(l[2]));
+}
+
+struct ModelRun {
+  std::vector<std::vector<float>> weights;
+  double accuracy = 0;
+  bool on_gpu = false;
+};
+
+ModelRun train_with_model(Device device, const std::filesystem::path& checkpoint) {
+  set_context({.device = device});
+  manual_seed(11);
+  auto net = nn::make_model("convnet-bn");
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  optim::Momentum opt(net->trainable_params(), 0.02, 0.9);
+  train::Model model(*net, loss_fn, opt, {.metrics = {{"Accuracy", nn::Accuracy()}}});
+  const dataset::Dataset ds = dataset::SyntheticDataset({.num_samples = 192})
+                                  .map(dataset::transforms::rescale(1.0 / 255, -0.5))
+                                  .batch(64);
+  model.train(1, ds);
+  ModelRun r;
+  r.accuracy = model.eval(ds).at("Accuracy");
+  r.on_gpu = net->trainable_params().front().device().is_cuda();
+  for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.to_vector<float>());
+  if (!checkpoint.empty()) io::save_checkpoint(*net, checkpoint);
+  set_context({.device = Device::cpu()});
+  return r;
+}
+
+TEST(CudaTrain, ModelTrainsAndEvaluatesOnTheContextsGpuAndSavesFromThere) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / "mixprec_cuda_model_test.safetensors";
+  const ModelRun cpu = train_with_model(Device::cpu(), {}), gpu = train_with_model(kGpu, file);
+  EXPECT_TRUE(gpu.on_gpu);
+  EXPECT_FALSE(cpu.on_gpu);
+  expect_close(gpu.weights, cpu.weights, 1e-3, "weight");
+  EXPECT_NEAR(gpu.accuracy, cpu.accuracy, 2.0 / 192);
+  const std::map<std::string, Tensor> saved = io::load_checkpoint(file);
+  manual_seed(11);
+  auto fresh = nn::make_model("convnet-bn");
+  size_t i = 0;
+  for (const auto& [name, p] : fresh->parameters_and_names())
+    EXPECT_EQ(saved.at(name).to_vector<float>(), gpu.weights[i++]) << name;
+  std::filesystem::remove(file);
 }
 
 }  // namespace
