@@ -57,7 +57,10 @@ void check_rows(std::string_view op, const Tensor& t, const char* what) {
 // sum op's kernel, queued: the host reads nothing).
 Tensor reduce_loss(const Tensor& per, Reduction r) {
   if (r == Reduction::none) return per;
-  if (!per.device().is_cpu()) return r == Reduction::mean ? mean(per) : sum(per);
+  if (!per.device().is_cpu()) {
+    AutocastScope as_is(AutocastState{});  // the loss stays in acc_dtype, never cast to low
+    return r == Reduction::mean ? mean(per) : sum(per);
+  }
   Tensor out = Tensor::empty({}, {.dtype = per.dtype(), .device = per.device()});
   // A kernel of its own (a captured step replays it), writing through a view without history.
   mixprec::detail::run_kernel([per, o = out.detach(), r]() mutable {

@@ -321,6 +321,7 @@ static void sum_rows_now(const Tensor& g, const Tensor& out) {
 void sum_rows(const Tensor& g, Tensor& out) {
   if (!g.device().is_cpu()) {
     NoGradGuard no_grad;
+    AutocastScope as_is(AutocastState{});  // the sum in g's accumulation dtype, never cast back
     out.copy_(sum(g.detach(), {0}));
     return;
   }

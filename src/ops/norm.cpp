@@ -57,6 +57,7 @@ bool is_dense(const Tensor& x) {
 void update_running_now(Tensor& running, const Tensor& batch, double momentum, double factor) {
   NoGradGuard no_grad;
   if (!running.device().is_cpu()) {
+    AutocastScope f32_as_is(AutocastState{});  // inside an O2 cell: no cast to the low dtype
     running.copy_(add(mul(running.detach(), momentum), mul(batch, (1 - momentum) * factor)));
     return;
   }
