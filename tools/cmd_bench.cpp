@@ -208,19 +208,22 @@ int run_bench(const BenchArgs& a) {
   // tensors and outputs), measured as live bytes with the graph held minus live bytes before.
   // The input batch is a fresh copy the caller then drops, so it counts exactly when the graph
   // retains it (at O0 the first layer saves it; at O2 it saves the bf16 cast instead).
+  // On a GPU (--device cuda) both are its memory (peak and activations; "step adds" stays the
+  // host's).
+  const Device device = get_context().device;
   int64_t activation = 0;
   {
-    const int64_t before = memory_stats().live_bytes;
+    const int64_t before = memory_stats(device).live_bytes;
     EnableGradGuard eg(true);
     Tensor input = x.clone();
     Tensor loss = step->network()(input, y);
     input = Tensor();
-    activation = memory_stats().live_bytes - before;
+    activation = memory_stats(device).live_bytes - before;
   }
-  reset_peak_memory();
+  reset_peak_memory(device);
   for (int64_t i = 0; i < a.steps; ++i)
     for (Runner& r : runners) r.run(x, y, true);
-  const int64_t peak = memory_stats().peak_bytes;
+  const int64_t peak = memory_stats(device).peak_bytes;
 
   const double gflops = std::max(gflops_before, measure_gemm_gflops(gemm_dtype));
   const double bw = measure_bandwidth_gbs();
