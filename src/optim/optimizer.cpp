@@ -156,6 +156,12 @@ void Optimizer::fused_momentum_step(const std::vector<Tensor>& grads,
     for (size_t i : updated) cache_->store(params_[i], working_[i], /*persistent=*/true);
 }
 
+void Optimizer::refresh_working_copy(size_t i) {
+  if (working_.empty()) return;
+  working_[i].copy_(params_[i].detach());  // one rounding, as the fused kernels'
+  if (cache_) cache_->store(params_[i], working_[i], /*persistent=*/true);
+}
+
 void Optimizer::apply(size_t i, const Tensor& grad, double grad_scale) {
   Tensor& p = params_[i];
   MIXPREC_CHECK(grad.shape() == p.shape(), name_, ": gradient ", i, " has shape ",
@@ -321,6 +327,37 @@ void Adam::update(const UpdateArgs& a) {
     v[i] = b2 * v[i] + (1 - b2) * g * g;
     p[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
   });
+}
+
+void Adam::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                      const Tensor& inv_scale, int64_t lr_step) {
+  follow_parameters();
+  const std::vector<Tensor>& params = parameters();
+  MIXPREC_CHECK(grads.size() == params.size(), name(), ": expected ", params.size(),
+                " gradients (one per parameter), got ", grads.size());
+  NoGradGuard ng;
+  AutocastScope as_is(AutocastState{});  // f32 throughout, whatever the caller's scope
+  using namespace ops;
+  const double lr = lr_schedule().at(lr_step), wd = weight_decay();
+  const double step = static_cast<double>(lr_step + 1);
+  const double c1 = 1.0 / (1.0 - std::pow(beta1_, step)), c2 = 1.0 / (1.0 - std::pow(beta2_, step));
+  const Tensor skip = found_inf.defined() ? found_inf.astype(DType::boolean) : Tensor();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    Tensor p = params[i].detach(), m = slots()[i][0], v = slots()[i][1];
+    Tensor g = amp_cast(grads[i].detach(), DType::f32);
+    if (inv_scale.defined()) g = mul(g, inv_scale);
+    Tensor pn = p;
+    if (decoupled_) pn = sub(p, mul(mul(p, wd), lr));
+    else g = add(g, mul(p, wd));
+    const Tensor mn = add(mul(m, beta1_), mul(g, 1 - beta1_));
+    const Tensor vn = add(mul(v, beta2_), mul(mul(g, g), 1 - beta2_));
+    pn = sub(pn, mul(div(mul(mn, c1), add(sqrt(mul(vn, c2)), eps_)), lr));
+    p.copy_(skip.defined() ? where(skip, p, pn) : pn);
+    m.copy_(skip.defined() ? where(skip, m, mn) : mn);
+    v.copy_(skip.defined() ? where(skip, v, vn) : vn);
+    refresh_working_copy(i);
+  }
 }
 
 AdamW::AdamW(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd)

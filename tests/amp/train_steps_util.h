@@ -26,7 +26,7 @@ struct StepsSpec {
   std::function<Ref<amp::LossScaleManager>()> manager = [] { return Ref<amp::LossScaleManager>(); };
   int steps = 4;
   int64_t batch = 16;
-  bool sgd = false;  // optim::SGD instead of Momentum
+  std::string optimizer = "momentum";  // or "sgd", "adamw"
 };
 
 struct StepsRun {
@@ -41,7 +41,9 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
   std::shared_ptr<nn::Cell> net = nn::make_model(s.model);
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
   std::unique_ptr<optim::Optimizer> opt;
-  if (s.sgd) opt = std::make_unique<optim::SGD>(net->trainable_params(), 0.05, 1e-4);
+  if (s.optimizer == "sgd") opt = std::make_unique<optim::SGD>(net->trainable_params(), 0.05, 1e-4);
+  else if (s.optimizer == "adamw")
+    opt = std::make_unique<optim::AdamW>(net->trainable_params(), 1e-3, 0.9, 0.999, 1e-8, 0.01);
   else opt = std::make_unique<optim::Momentum>(net->trainable_params(), 0.02, 0.9, 1e-4);
   amp::BuildOptions bo{.cast_model_type = s.low, .loss_scale_manager = s.manager()};
   auto step = amp::build_train_network(*net, *opt, loss_fn, s.level, bo);

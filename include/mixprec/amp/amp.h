@@ -133,7 +133,7 @@ void check_scalar_loss(const Tensor& loss);  // throws unless the loss has one e
 // loss come back through cuda::Readback and complete the StepInfo when it is read (last_step(),
 // skipped_steps(), or the next step). It supports what one GPU needs: no data parallel, no
 // clipping, no gradient accumulation, no check_numerics, no overflow provenance (the event stays
-// empty), Momentum and SGD (docs/cuda.md).
+// empty); every optimizer with a fused_step: Momentum, SGD, Adam, AdamW (docs/cuda.md).
 class TrainOneStepCell : public nn::Cell {
  public:
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).

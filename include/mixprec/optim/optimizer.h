@@ -5,7 +5,8 @@
 // the same pass (no extra sweep) and registers it in the cast cache. step() advances the step
 // counter and the schedule; a step the loss scaler skips never calls it. State lives on the
 // parameters' device: it follows them (to(), or at the next step) when they move. On a CUDA
-// device the update is one multi-tensor op (ops::fused_momentum_: Momentum and SGD only).
+// device the update is one multi-tensor op (ops::fused_momentum_: Momentum and SGD), or
+// pointwise ops per parameter (Adam, AdamW).
 #pragma once
 
 #include <cstdint>
@@ -88,8 +89,8 @@ class Optimizer {
   // host read: skipped there when found_inf (f32 [1]; undefined: never) is not 0, gradients
   // multiplied by inv_scale (f32 [1]; undefined: 1) as they are read, the learning rate of step
   // `lr_step`. Does not advance the step count (the caller knows when the update applied).
-  // Gradients: one per parameter, on its device (undefined: zeros). Momentum and SGD have it
-  // (bit for bit their step()); the others throw.
+  // Gradients: one per parameter, on its device (undefined: that parameter is left alone).
+  // Momentum and SGD have it (bit for bit their step()), Adam and AdamW too (within rounding).
   virtual void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
                           const Tensor& inv_scale, int64_t lr_step);
 
@@ -116,6 +117,10 @@ class Optimizer {
                            double momentum, bool nesterov);
   const std::vector<std::vector<Tensor>>& slots() const { return state_; }
   void follow_parameters();  // state and working copies onto the parameters' device
+  // The working copy of parameter i (if any) re-rounded from its master and re-cached.
+  void refresh_working_copy(size_t i);
+  double weight_decay() const { return weight_decay_; }
+  const LearningRate& lr_schedule() const { return lr_; }
 
  private:
   void apply(size_t i, const Tensor& grad, double grad_scale);
@@ -168,6 +173,11 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, LearningRate learning_rate = 1e-3, double beta1 = 0.9,
        double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0);
+  // Per parameter, the update's formula as pointwise ops on its device (about a dozen launches;
+  // no fused kernel yet), the skip as a select on found_inf: within rounding of step(), not
+  // bit for bit (the ops round their scalars and intermediates differently).
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, int64_t lr_step) override;
 
  protected:
   Adam(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd,
