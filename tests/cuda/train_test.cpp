@@ -1,5 +1,6 @@
 // Training on the GPU against the same steps on the CPU: a few SimpleNet and convnet-bn steps at
 // O0 and O2-f16 with dynamic loss scaling (the device step: flags, scale and skip on the GPU),
+// an AdamW step,
 // including steps that overflow and are skipped; moving a network there and back; the BatchNorm
 // running statistics updated on the device; the optimizer's state made on the parameters'
 // device; train::Model training and evaluating on the context's GPU, and a checkpoint saved from
@@ -66,6 +67,16 @@ TEST(CudaTrain, ConvnetBnO2F16DynamicScalingMatchesTheCpu) {
   expect_gpu_steps_like_cpu({.model = "convnet-bn", .level = "O2", .low = DType::f16,
                              .manager = [] { return dynamic(65536.0, 2000); }, .steps = 3},
                             2e-2);
+}
+
+TEST(CudaTrain, AdamWStepOnTheGpuMatchesTheCpu) {
+  // One step: Adam moves every weight by about lr (1e-3); the GPU's within 1e-3 of that.
+  const StepsSpec s{.model = "simplenet", .level = "O0", .steps = 1, .optimizer = "adamw"};
+  const StepsRun cpu = run_steps(s, Device::cpu()), gpu = run_steps(s, kGpu);
+  expect_same_decisions(gpu, cpu);
+  for (size_t i = 0; i < cpu.weights.size(); ++i)
+    for (size_t j = 0; j < cpu.weights[i].size(); ++j)
+      ASSERT_NEAR(gpu.weights[i][j], cpu.weights[i][j], 1e-6) << "weight " << i << " at " << j;
 }
 
 TEST(CudaTrain, CellToTheGpuAndBackKeepsIdentityAndValues) {
