@@ -70,13 +70,20 @@ TEST(CudaTrain, ConvnetBnO2F16DynamicScalingMatchesTheCpu) {
 }
 
 TEST(CudaTrain, AdamWStepOnTheGpuMatchesTheCpu) {
-  // One step: Adam moves every weight by about lr (1e-3); the GPU's within 1e-3 of that.
+  // One step: Adam moves each weight by lr * g / (|g| + eps), about lr (1e-3). Gradients that
+  // differ in rounding move it alike, except where |g| is near eps or 0: there the step may
+  // differ by up to 2 lr. So: all within 2 lr, and 99% within 1e-3 of lr.
   const StepsSpec s{.model = "simplenet", .level = "O0", .steps = 1, .optimizer = "adamw"};
   const StepsRun cpu = run_steps(s, Device::cpu()), gpu = run_steps(s, kGpu);
   expect_same_decisions(gpu, cpu);
+  size_t n = 0, off = 0;
   for (size_t i = 0; i < cpu.weights.size(); ++i)
-    for (size_t j = 0; j < cpu.weights[i].size(); ++j)
-      ASSERT_NEAR(gpu.weights[i][j], cpu.weights[i][j], 1e-6) << "weight " << i << " at " << j;
+    for (size_t j = 0; j < cpu.weights[i].size(); ++j, ++n) {
+      const double d = std::fabs(static_cast<double>(gpu.weights[i][j]) - cpu.weights[i][j]);
+      ASSERT_LE(d, 2e-3 + 1e-6) << "weight " << i << " at " << j;
+      off += d > 1e-6;
+    }
+  EXPECT_LE(off, n / 100) << off << " of " << n;
 }
 
 TEST(CudaTrain, CellToTheGpuAndBackKeepsIdentityAndValues) {
