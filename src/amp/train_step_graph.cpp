@@ -173,12 +173,15 @@ std::vector<Tensor> TrainOneStepCell::capture_step(detail::CapturedStep& e, cons
   e.loss = loss.detach();
   e.grads = grads;
   loss = Tensor();
-  plan->plan_memory();
+  std::vector<Tensor> outputs = grads;
+  outputs.push_back(e.loss);
+  plan->plan_memory(outputs);
   e.plan = std::move(plan);
   graph::PlanStats st = e.plan->stats();
   st.eager_peak_bytes = e.eager_peak;
   graphs_->info.plan = st;
-  say("captured " + e.key + ": " + std::to_string(st.kernels) + " kernels, arena " + std::to_string(st.arena_bytes) +
+  say("captured " + e.key + ": " + std::to_string(st.kernels) + " kernels (" +
+      std::to_string(st.fused) + " fused away), arena " + std::to_string(st.arena_bytes) +
       " bytes for " + std::to_string(st.planned_buffers) + " buffers (" + std::to_string(st.unplanned_bytes) +
       " unplanned), eager peak " + std::to_string(st.eager_peak_bytes) + " bytes");
   return grads;

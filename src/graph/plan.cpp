@@ -9,9 +9,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/capture.h"
+#include "graph/fuse.h"
+#include "ops/dispatch.h"
 #include "mixprec/allocator.h"
 #include "mixprec/error.h"
 
@@ -95,6 +99,7 @@ namespace {
 struct Buffer {
   Storage* storage;
   int64_t bytes, first, last, offset = 0;
+  bool output = false;
 };
 
 int64_t align_up(int64_t n) {
@@ -132,55 +137,86 @@ int64_t assign_offsets(std::vector<Buffer>& buffers) {
 
 }  // namespace
 
-void Plan::plan_memory() {
-  if (!rec_) return;
+// Who holds each storage made during the capture: copying one kernel's work raises the use count
+// of exactly the tensors it captured, so each view's holders are the kernels whose copy raised
+// it. A storage is internal when nothing outside the plan explains a reference to it (inputs,
+// outputs, parameters, buffers and caches are held elsewhere) and the host never wrote it.
+fusion::Holdings Plan::holdings(const std::vector<Tensor>& outputs) const {
   Recorder& r = *rec_;
-  // Which kernels hold each tensor: copying one kernel's work raises the use count of exactly the
-  // tensors it captured. What the plan does not explain is held outside it.
   std::unordered_map<const TensorImpl*, long> base;
   for (auto& [key, impl] : r.impls) base.emplace(key, impl.use_count());
-  std::unordered_map<const TensorImpl*, std::pair<int64_t, int64_t>> span;  // kernels holding it
-  std::unordered_map<const TensorImpl*, long> plan_refs;
+  std::unordered_map<const TensorImpl*, std::vector<int64_t>> held_by;  // kernel, once per ref
   for (size_t k = 0; k < kernels_.size(); ++k) {
+    if (!kernels_[k]) continue;
     const std::function<void()> copy = kernels_[k];
-    for (auto& [key, count] : base) {
-      const long extra = r.impls[key].use_count() - count;
-      if (extra <= 0) continue;
-      plan_refs[key] += extra;
-      auto [it, fresh] = span.try_emplace(key, static_cast<int64_t>(k), static_cast<int64_t>(k));
-      if (!fresh) it->second.second = static_cast<int64_t>(k);
-    }
+    for (auto& [key, count] : base)
+      for (long extra = r.impls[key].use_count() - count; extra > 0; --extra)
+        held_by[key].push_back(static_cast<int64_t>(k));
   }
   std::unordered_map<const Storage*, std::vector<const TensorImpl*>> views;
   for (auto& [key, count] : base) views[r.impls[key]->storage.get()].push_back(key);
-  std::vector<Buffer> buffers;
+  std::unordered_set<const Storage*> returned;
+  for (const Tensor& t : outputs)
+    if (t.defined()) returned.insert(t.storage().get());
+  fusion::Holdings out;
   for (auto& [key, u] : r.storages) {
     if (u.storage->id() < r.first_id || !u.storage->device().is_cpu()) continue;
     const std::vector<const TensorImpl*>& vs = views[key];
-    bool internal = !u.host_written && u.storage.use_count() == static_cast<long>(vs.size()) + 1;
-    int64_t first = u.first, last = u.last, refs = 0;
+    fusion::Holding& h = out[key];
+    h.internal = !u.host_written && u.storage.use_count() == static_cast<long>(vs.size()) + 1;
     for (const TensorImpl* v : vs) {
-      const long held = plan_refs.count(v) ? plan_refs[v] : 0;
-      internal = internal && base[v] == 1 + held;  // the recorder's reference + the kernels'
-      refs += held;
-      if (held > 0) {
-        first = first < 0 ? span[v].first : std::min(first, span[v].first);
-        last = std::max(last, span[v].second);
-      }
+      auto it = held_by.find(v);
+      const long held = it == held_by.end() ? 0 : static_cast<long>(it->second.size());
+      h.internal = h.internal && base[v] == 1 + held;  // the recorder's reference + the kernels'
+      if (held > 0) h.kernels.insert(h.kernels.end(), it->second.begin(), it->second.end());
     }
-    if (refs > 0 && !internal) stats_.held_bytes += static_cast<int64_t>(u.storage->nbytes());
-    if (!internal || refs == 0 || first < 0) continue;
-    buffers.push_back(Buffer{u.storage.get(), align_up(static_cast<int64_t>(u.storage->nbytes())), first, last});
+    h.output = !u.host_written && returned.count(key) > 0;
+    std::sort(h.kernels.begin(), h.kernels.end());
+    h.kernels.erase(std::unique(h.kernels.begin(), h.kernels.end()), h.kernels.end());
+  }
+  return out;
+}
+
+void Plan::plan_memory(const std::vector<Tensor>& outputs) {
+  if (!rec_) return;
+  Recorder& r = *rec_;
+  const char* fuse_env = std::getenv("MIXPREC_GRAPH_FUSE");
+  if (fuse_env == nullptr || std::string_view(fuse_env) != "0")
+    stats_.fused = fusion::fuse(kernels_, holdings(outputs), ops::verbose_level() > 0);
+  const fusion::Holdings holds = holdings(outputs);
+  const auto end = static_cast<int64_t>(kernels_.size()) - 1;
+  std::vector<Buffer> buffers;
+  for (auto& [key, h] : holds) {
+    const Recorder::StorageUse& u = r.storages.at(key);
+    const bool planned = (h.internal || h.output) && !h.kernels.empty();
+    if (!h.kernels.empty() && !planned) stats_.held_bytes += static_cast<int64_t>(u.storage->nbytes());
+    if (!planned) continue;
+    // The span: the kernels holding it and those that touched it through data_ptr() at capture;
+    // an output's lasts to the end. Made during the run, a buffer's first kernel writes it before
+    // anything reads it (eager's memory was as uninitialised), so the bytes before its span are
+    // free to share.
+    const int64_t first = u.first < 0 ? h.kernels.front() : std::min(u.first, h.kernels.front());
+    const int64_t last = h.output ? end : std::max(u.last, h.kernels.back());
+    buffers.push_back(Buffer{u.storage.get(), align_up(static_cast<int64_t>(u.storage->nbytes())), first, last, 0,
+                             h.output});
   }
   const int64_t total = assign_offsets(buffers);
   if (total > 0) {
     arena_ = Storage::allocate(static_cast<size_t>(total), Device::cpu());
-    for (const Buffer& b : buffers) b.storage->rebind_to_arena(static_cast<char*>(arena_->data()) + b.offset);
+    // Outputs keep the values the capture computed (the caller uses them now): no two outputs
+    // share bytes (both live at the end), and nothing else is copied, so the copies cannot clash.
+    for (const Buffer& b : buffers) {
+      char* at = static_cast<char*>(arena_->data()) + b.offset;
+      if (b.output) std::memcpy(at, b.storage->data(), b.storage->nbytes());
+      b.storage->rebind_to_arena(at);
+    }
   }
   stats_.planned_buffers = static_cast<int64_t>(buffers.size());
   stats_.arena_bytes = total;
   for (const Buffer& b : buffers) stats_.unplanned_bytes += b.bytes;
   rec_.reset();
+  std::erase_if(kernels_, [](const std::function<void()>& k) { return !k; });  // the fused-away
+  stats_.kernels = static_cast<int64_t>(kernels_.size());
 }
 
 int64_t measure_peak(const std::function<void()>& fn) {

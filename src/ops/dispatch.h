@@ -92,6 +92,22 @@ double profile_now();
 std::string desc(const Tensor& t);
 std::string desc_with_strides(const Tensor& t);
 
+// A recorded kernel call: the problem (by value: copying the call holds its tensors) and the
+// kernel that ran it. GRAPH_MODE's fusion (src/graph/fuse.cpp) finds calls by problem type through
+// std::function::target and may rewrite the problem, never the kernel.
+template <class Problem> struct RecordedCall {
+  Problem p;
+  void (*run)(const Problem&);
+  void operator()() const { run(p); }
+};
+
+// The registered kernel whose run function is `run` (null if none).
+template <class Problem> const Impl<Problem>* kernel_of(void (*run)(const Problem&)) {
+  for (const Impl<Problem>& impl : kernels<Problem>())
+    if (impl.run == run) return &impl;
+  return nullptr;
+}
+
 // GRAPH_MODE capture (core/capture.h): runs the kernel and records the call. A problem that hands
 // a tensor back through a pointer (PoolFwdProblem::workspace) gets a tensor owned by the recorded
 // call, so every replay writes into the buffer that the recorded backward reads (the kernels
@@ -109,7 +125,7 @@ template <class Problem> void record_call(const Problem& p, void (*run)(const Pr
       return;
     }
   }
-  mixprec::detail::run_kernel([p, run] { run(p); });
+  mixprec::detail::run_kernel(RecordedCall<Problem>{p, run});
 }
 
 // Runs the first kernel registered for Problem that accepts p (see the top of this file).

@@ -26,8 +26,10 @@ constexpr std::string_view kFnNames[] = {
     // binary, ternary and their gradients
     "add", "sub", "mul", "div", "div_grad_b", "pow", "pow_da", "pow_db", "maximum",
     "maximum_grad_a", "maximum_grad_b", "minimum", "minimum_grad_a", "minimum_grad_b", "where",
-    "where_grad_a", "where_grad_b", "masked_fill", "masked_fill_grad", "relu_mask", "dropout"};
-static_assert(std::size(kFnNames) == static_cast<size_t>(PointwiseFn::dropout) + 1,
+    "where_grad_a", "where_grad_b", "masked_fill", "masked_fill_grad", "relu_mask", "dropout",
+    // fused
+    "add_relu"};
+static_assert(std::size(kFnNames) == static_cast<size_t>(PointwiseFn::add_relu) + 1,
               "kFnNames must name every PointwiseFn, in order");
 }  // namespace
 

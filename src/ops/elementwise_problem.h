@@ -278,6 +278,13 @@ struct MaskedFillGrad : Params {  // (g, mask)
 };
 // ReLU's gradient from its output: y > 0 ? g : +0 (PyTorch's threshold_backward; NaN outputs
 // give 0). g is loaded unconditionally so that the select vectorises.
+// relu(x + y): GRAPH_MODE's fusion of an add and the relu of its result. The add's rounding to
+// the output dtype is skipped, which is exact: relu commutes with rounding (sign and NaN kept,
+// -0 and values that round to -0 become +0 either way).
+struct AddRelu : Params {
+  static constexpr int arity = 2;
+  template <class C> MIXPREC_HD C operator()(C x, C y) const { return Relu{}(x + y); }
+};
 struct ReluMask : Params {  // (g, y)
   static constexpr int arity = 2;
   template <class C> MIXPREC_HD C operator()(C v, C yi) const {
@@ -308,6 +315,8 @@ enum class PointwiseFn : uint8_t {
   add, sub, mul, div, div_grad_b, pow, pow_da, pow_db, maximum, maximum_grad_a, maximum_grad_b,
   minimum, minimum_grad_a, minimum_grad_b, where, where_grad_a, where_grad_b, masked_fill,
   masked_fill_grad, relu_mask, dropout,
+  // made only by GRAPH_MODE's fusion (src/graph/fuse.cpp)
+  add_relu,
 };
 // clang-format on
 std::string_view pointwise_fn_name(PointwiseFn fn);
@@ -394,6 +403,7 @@ template <class G> decltype(auto) visit_pointwise(const PointwiseProblem& p, G&&
     case PointwiseFn::masked_fill_grad: return g(pw::MaskedFillGrad{prm});
     case PointwiseFn::relu_mask: return g(pw::ReluMask{prm});
     case PointwiseFn::dropout: return g(pw::Dropout{prm});
+    case PointwiseFn::add_relu: return g(pw::AddRelu{prm});
   }
   MIXPREC_ASSERT(false, "visit_pointwise: unknown PointwiseFn ", static_cast<int>(p.fn));
   return g(pw::Neg{prm});

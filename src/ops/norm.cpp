@@ -22,10 +22,11 @@ std::string describe_common(const Tensor& x, const char* mode, double eps) {
 }  // namespace
 
 std::string BatchNormFwdProblem::describe() const {
-  return describe_common(x, training ? " training" : " eval", eps);
+  return describe_common(x, training ? " training" : " eval", eps) + (relu ? " + relu" : "");
 }
 std::string BatchNormBwdProblem::describe() const {
-  return describe_common(x, training ? " training" : " eval", eps);
+  return describe_common(x, training ? " training" : " eval", eps) +
+         (relu_y.defined() ? " + relu mask" : "");
 }
 std::string LayerNormFwdProblem::describe() const { return describe_common(x, "", eps); }
 std::string LayerNormBwdProblem::describe() const { return describe_common(x, "", eps); }

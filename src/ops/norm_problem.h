@@ -15,10 +15,15 @@ namespace mixprec::ops {
 
 // x [N, C, ...] in any dense layout. Training: mean/var are outputs (batch statistics);
 // eval: inputs (running statistics). y has x's dtype and strides.
+// relu (set only by GRAPH_MODE's fusion, src/graph/fuse.cpp): y = relu(BatchNorm(x)) with the
+// ReLU applied to the value rounded to y's dtype, as a separate relu op would (relu commutes with
+// that rounding, so a kernel may apply it just before rounding); -0 becomes +0, NaN stays. Kernels
+// that cannot do it decline.
 struct BatchNormFwdProblem {
   Tensor x, gamma, beta, mean, var, y;
   bool training = true;
   double eps = 1e-5;
+  bool relu = false;
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() { return std::array{&BatchNormFwdProblem::x}; }
@@ -27,10 +32,15 @@ struct BatchNormFwdProblem {
 
 // dx (x's dtype and strides), dgamma, dbeta [C] in the compute dtype. Eval (training false):
 // mean/var are the running statistics the forward used and dx = dy * gamma / sqrt(var + eps).
+// relu_y (defined only by GRAPH_MODE's fusion): the output of a ReLU that followed this
+// BatchNorm, dy's dtype and strides; dy is the ReLU's incoming gradient and is masked first, as
+// relu's backward does: where relu_y > 0 it is kept, elsewhere (and where relu_y is NaN) 0.
+// Kernels that cannot do it decline.
 struct BatchNormBwdProblem {
   Tensor x, dy, gamma, mean, var, dx, dgamma, dbeta;
   bool training = true;
   double eps = 1e-5;
+  Tensor relu_y = Tensor();
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() {

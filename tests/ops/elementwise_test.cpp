@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "kernel_test_util.h"
 #include "op_test_util.h"
+#include "ops/elementwise_problem.h"
 
 namespace mixprec {
 namespace {
@@ -239,6 +241,40 @@ TEST(Relu, SixteenBitKernelsMatchTheF32DefinitionOnSpecialValues) {
     EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.contiguous()), {0, 0}));
     EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.astype(DType::f32)).astype(d), {0, 0}));
   }
+}
+
+// GRAPH_MODE fuses relu(add(a, b)) into one add_relu pass (elementwise_problem.h): every kernel
+// that accepts it must give the two eager ops' bits, on special values and sums that round to
+// -0, overflow or cancel, with broadcasting.
+TEST(AddRelu, EveryAcceptingKernelGivesAddThenReluBitForBit) {
+  int runs = 0;
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    const double tiny = d == DType::f16 ? std::ldexp(1.0, -25) : std::ldexp(1.0, -150);
+    const std::vector<double> as = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, -0.0, tiny, 1.5, 3e4, 6e4, 1.0};
+    const std::vector<double> bs = {1.0, 1.0, -INFINITY, 1.0, -0.0, -0.0, 0.0, -2 * tiny, -1.5, 3e4, 6e4, -1.0 - 1e-3};
+    const auto n = static_cast<int64_t>(as.size());
+    const Tensor a = ops::add(Tensor::from_vector(as, {n}, d), testing::random({3, n}, 76, d, -2, 2));
+    const Tensor b = Tensor::from_vector(bs, {n}, d);  // broadcast along a's rows
+    const Tensor want = ops::relu(ops::add(a, b));
+    ops::PointwiseProblem p{.fn = ops::PointwiseFn::add_relu, .a = 0, .b = 0, .in = {a, b, Tensor()},
+                            .out = Tensor::empty(want.shape(), {.dtype = d})};
+    for (const ops::Impl<ops::PointwiseProblem>& k : testing::accepting_kernels(p)) {
+      p.out.fill_(7.0);
+      k.run(p);
+      const std::vector<double> wv = want.astype(DType::f64).to_vector<double>();
+      const std::vector<double> gv = p.out.astype(DType::f64).to_vector<double>();
+      for (size_t i = 0; i < wv.size(); ++i) {
+        if (std::isnan(wv[i])) {
+          EXPECT_TRUE(std::isnan(gv[i])) << k.name << " " << dtype_name(d) << " at " << i;
+          continue;
+        }
+        EXPECT_EQ(gv[i], wv[i]) << k.name << " " << dtype_name(d) << " at " << i;
+        EXPECT_FALSE(std::signbit(gv[i])) << k.name << " " << dtype_name(d) << " at " << i << ": +0, never -0";
+      }
+      ++runs;
+    }
+  }
+  EXPECT_GE(runs, 6) << "the cpu and ref kernels, three dtypes";
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <cmath>
 
 #include "mixprec/amp/level.h"
@@ -18,6 +20,7 @@
 #include "ops/dispatch.h"
 #include "ops/layout.h"
 #include "ops/norm_problem.h"
+#include "ops/op_common.h"
 
 namespace mixprec {
 namespace {
@@ -565,6 +568,111 @@ TEST(BatchNorm16, ThreadCountIndependentAndNoWholeTensorWidened) {
   }
   omp_set_num_threads(saved);
   EXPECT_EQ(out[0], out[1]);
+}
+
+// Raw bits of t in logical (NCHW) order: NaN payloads and the sign of zero count.
+std::vector<uint16_t> bits16(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint16_t> out(static_cast<size_t>(c.numel()));
+  std::memcpy(out.data(), c.data_ptr(), c.nbytes());
+  return out;
+}
+std::vector<uint32_t> bits32(const Tensor& t) {
+  std::vector<uint32_t> out;
+  for (float v : t.contiguous().to_vector<float>()) out.push_back(std::bit_cast<uint32_t>(v));
+  return out;
+}
+
+// x as bn16_input, with -0, NaN and a tiny negative value among the first elements of memory (the
+// first is channel 0 in either layout; a NaN poisons its channel's batch statistics in training).
+Tensor bn_fusion_input(const Bn16Case& k, DType d) {
+  Tensor x = bn16_input(k, d, 85).astype(DType::f32);
+  float* v = static_cast<float*>(x.data_ptr());
+  v[0] = -0.0f;
+  v[2] = std::nanf("");
+  v[3] = -1e-30f;
+  return x.astype(d);
+}
+
+TEST(BatchNormFusedRelu, EveryAcceptingKernelGivesBatchNormThenReluBitForBit) {
+  // GRAPH_MODE fuses a ReLU into the BatchNorm before it (norm_problem.h): forward y = relu(bn(x))
+  // and backward dx = bn_backward(relu_mask(g, y)) must equal the two eager ops bit for bit, in
+  // every kernel that accepts the fused problem; the rest must decline it. Eval with mean 0 and
+  // beta -0 turns x = -0 into y = -0 (relu: +0) and -1e-30 into a negative that rounds to -0.
+  int fused_kernels_run = 0;
+  for (DType d : {DType::f16, DType::bf16, DType::f32}) {
+    for (const Bn16Case& k : kBn16Cases) {
+      for (bool training : {true, false}) {
+        const int64_t c = k.nchw[1];
+        const Tensor x = bn_fusion_input(k, d);
+        const Tensor gamma = random({c}, 86, DType::f32, 0.5, 1.5);
+        const Tensor beta = training ? random({c}, 87, DType::f32) : full({c}, -0.0);
+        const Tensor g = ops::detail::with_strides(bn16_input(k, d, 88), x.strides());
+        ops::BatchNormFwdProblem plain = bn16_fwd(x, gamma, beta, training);
+        if (!training) plain.mean = zeros({c});
+        ops::BatchNormFwdProblem fused = plain;
+        fused.relu = true;
+        const std::string what = std::string(dtype_name(d)) + shape_str(k.nchw) +
+                                 (k.channels_last ? " channels-last" : " nchw") + (training ? " training" : " eval");
+        for (const ops::Impl<ops::BatchNormFwdProblem>& kernel : testing::accepting_kernels(fused)) {
+          SCOPED_TRACE(what + " " + std::string(kernel.name));
+          ops::BatchNormFwdProblem a = plain, b = fused;
+          a.y = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device());
+          b.y = ops::detail::empty_strided(x.shape(), x.strides(), d, x.device());
+          if (training) {
+            a.mean = Tensor::empty({c}), a.var = Tensor::empty({c});
+            b.mean = Tensor::empty({c}), b.var = Tensor::empty({c});
+          }
+          kernel.run(a);
+          kernel.run(b);
+          const Tensor z = ops::relu(a.y);  // the eager op
+          if (d == DType::f32) {
+            EXPECT_EQ(bits32(b.y), bits32(z));
+          } else {
+            EXPECT_EQ(bits16(b.y), bits16(z));
+          }
+          EXPECT_EQ(bits32(b.mean), bits32(a.mean));
+
+          ops::BatchNormBwdProblem pb = bn16_bwd(a, g), fb = bn16_bwd(a, g);
+          pb.dy = ops::detail::relu_backward(g, z);  // the eager op
+          fb.relu_y = z;
+          const std::vector<ops::Impl<ops::BatchNormBwdProblem>> bwd = testing::accepting_kernels(fb);
+          const bool same_kernel = std::any_of(bwd.begin(), bwd.end(), [&](const auto& i) { return i.name == kernel.name; });
+          ASSERT_TRUE(same_kernel) << "the backward of a fused forward's kernel must accept the mask too";
+          const auto bk = testing::kernel_named<ops::BatchNormBwdProblem>(kernel.name);
+          ASSERT_EQ(bk.declines(pb), "");
+          bk.run(pb);
+          bk.run(fb);
+          if (d == DType::f32) {
+            EXPECT_EQ(bits32(fb.dx), bits32(pb.dx));
+          } else {
+            EXPECT_EQ(bits16(fb.dx), bits16(pb.dx));
+          }
+          EXPECT_EQ(bits32(fb.dgamma), bits32(pb.dgamma));
+          EXPECT_EQ(bits32(fb.dbeta), bits32(pb.dbeta));
+          ++fused_kernels_run;
+        }
+      }
+    }
+  }
+  EXPECT_GT(fused_kernels_run, 0);
+}
+
+TEST(BatchNormFusedRelu, OneDnnDeclinesTheFusedProblems) {
+  const Tensor x = random({2, 3, 4, 4}, 89, DType::f32);
+  ops::BatchNormFwdProblem f = bn16_fwd(x, ones({3}), zeros({3}), true);
+  f.relu = true;
+  ops::BatchNormBwdProblem b = bn16_bwd(f, x);
+  b.relu_y = x;
+  for (const auto& k : ops::kernels<ops::BatchNormFwdProblem>()) {
+    if (k.name != "onednn") continue;
+    EXPECT_NE(k.declines(f), "");
+  }
+  for (const auto& k : ops::kernels<ops::BatchNormBwdProblem>()) {
+    if (k.name != "onednn") continue;
+    EXPECT_NE(k.declines(b), "");
+  }
+  EXPECT_EQ(testing::chosen_kernel(f), "ref") << "f32 fused: only the reference takes it";
 }
 
 TEST(BatchNorm16, OverflowRoundsToInfinityAsTheEmulationDid) {

@@ -9,14 +9,20 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "mixprec/tensor.h"
 
 namespace mixprec::graph {
+namespace fusion {
+struct Holding;
+using Holdings = std::unordered_map<const Storage*, Holding>;
+}  // namespace fusion
 
 struct PlanStats {
-  int64_t kernels = 0;           // recorded kernel calls, replayed in order
+  int64_t kernels = 0;           // kernel calls replayed in order (after fusion)
+  int64_t fused = 0;             // recorded calls that fusion folded into others
   int64_t planned_buffers = 0;   // intermediates placed in the arena
   int64_t arena_bytes = 0;       // the arena they share (offsets by liveness)
   int64_t unplanned_bytes = 0;   // what the same intermediates take one buffer each
@@ -35,10 +41,13 @@ class Plan {
   // either way and its results are valid.
   static std::unique_ptr<Plan> capture(const std::function<void()>& fn, std::string* why_not);
 
-  // Moves the intermediates into the arena. Call once, after the caller has dropped every
-  // tensor of the run it does not keep: what anything outside the plan still holds (inputs,
-  // outputs, parameters, buffers) keeps its own memory.
-  void plan_memory();
+  // Fuses kernels (unless MIXPREC_GRAPH_FUSE=0), then moves the intermediates into the arena.
+  // Call once, after the caller has dropped every tensor of the run it does not keep: what
+  // anything outside the plan still holds (inputs, parameters, buffers) keeps its own memory and
+  // is never fused away. `outputs` (made by the run; the gradients and loss of a train step) go
+  // into the arena too, alive from their first kernel to the end of the plan, their values
+  // copied over: they are valid after the capture and after each replay, until the next replay.
+  void plan_memory(const std::vector<Tensor>& outputs = {});
 
   // Runs the recorded kernels again, in order, on the same buffers.
   void replay() const;
@@ -48,6 +57,7 @@ class Plan {
  private:
   struct Recorder;
   Plan() = default;
+  fusion::Holdings holdings(const std::vector<Tensor>& outputs) const;
   std::shared_ptr<Storage> arena_;  // declared first: destroyed after the kernels that use it
   std::vector<std::function<void()>> kernels_;
   std::unique_ptr<Recorder> rec_;   // what capture saw, until plan_memory

@@ -7,7 +7,8 @@
 // reference's formula, (x - mean) * (gamma * invstd) + beta in f32 without contraction: the same
 // bits as ref::batch_norm_fwd. Backward: per-channel sums of dy and dy * (x - mean) in f32 within a
 // tile, f64 across tiles, in an order fixed by the shape (thread-count independent), then the
-// reference's formula for dx.
+// reference's formula for dx. GRAPH_MODE's fused ReLU (forward) and ReLU mask (backward) are
+// applied to the f32 tile, with the relu op's own formulas.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "mixprec/convert.h"
 #include "mixprec/cpu_features.h"
 #include "ops/cpu/kernels.h"
+#include "ops/elementwise_problem.h"
 #include "ops/layout.h"
 
 namespace mixprec::ops::cpu {
@@ -99,6 +101,17 @@ MIXPREC_TILE_VARIANTS(apply_affine,
                        const float* scale, const float* shift),
                       (v, size, t, channel, mu, scale, shift))
 
+// GRAPH_MODE's fused ReLU (norm_problem.h): in f32 before the rounding, which it commutes with;
+// and relu's backward mask on the incoming gradient (the same formulas as the relu op's).
+[[gnu::always_inline]] inline void relu_tile(float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) v[i] = formulas::Relu{}(v[i]);
+}
+MIXPREC_TILE_VARIANTS(relu_tile, (float* v, int64_t n), (v, n))
+[[gnu::always_inline]] inline void relu_mask_tile(float* g, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = formulas::ReluMask{}(g[i], y[i]);
+}
+MIXPREC_TILE_VARIANTS(relu_mask_tile, (float* g, const float* y, int64_t n), (g, y, n))
+
 // One tile's sums of g and g * (x - mu), per channel (slots: C channels-last, else 1), in f32.
 [[gnu::always_inline]] inline void tile_sums(const float* xv, const float* gv, int64_t size,
                                              const Tiling& t, int64_t channel, const float* mu,
@@ -161,10 +174,12 @@ std::vector<float> invstd_of(const Tensor& var, double eps) {
   return r;
 }
 
-// fn(tile, begin, size, channel, x, dy) on every tile, with x and dy widened into f32 buffers;
-// tiles in parallel.
+// fn(tile, begin, size, channel, x, dy) on every tile, with x and dy widened into f32 buffers
+// (dy masked by relu_y when a ReLU is fused); tiles in parallel.
 template <class Fn>
 void for_each_tile_pair(const BatchNormBwdProblem& p, const Tiling& t, Fn&& fn) {
+  const auto mask = cpu_features().avx2 ? relu_mask_tile_avx2 : relu_mask_tile_base;
+  const bool masked = p.relu_y.defined();
 #pragma omp parallel for schedule(static) if (t.count > 1)
   for (int64_t k = 0; k < t.count; ++k) {
     alignas(64) float xv[kTile], gv[kTile];
@@ -172,6 +187,11 @@ void for_each_tile_pair(const BatchNormBwdProblem& p, const Tiling& t, Fn&& fn) 
     t.range(k, begin, size, channel);
     widen(p.x, begin, xv, size);
     widen(p.dy, begin, gv, size);
+    if (masked) {
+      alignas(64) float yv[kTile];
+      widen(p.relu_y, begin, yv, size);
+      mask(gv, yv, size);
+    }
     fn(k, begin, size, channel, xv, gv);
   }
 }
@@ -222,7 +242,10 @@ std::string why_not_via_f32(DType d) {
 }
 
 std::string batch_norm16_fwd_declines(const BatchNormFwdProblem& p) {
-  return declines(p.x, p.gamma);
+  if (std::string why = declines(p.x, p.gamma); !why.empty()) return why;
+  if (p.y.strides() != p.x.strides() || p.y.dtype() != p.x.dtype())
+    return "y laid out differently from x";
+  return "";
 }
 
 void batch_norm16_fwd(const BatchNormFwdProblem& p) {
@@ -236,6 +259,7 @@ void batch_norm16_fwd(const BatchNormFwdProblem& p) {
     scale[static_cast<size_t>(c)] = gamma[c] * invstd[static_cast<size_t>(c)];
   const float* mu = p.mean.data<float>();
   const auto affine = cpu_features().avx2 ? apply_affine_avx2 : apply_affine_base;
+  const auto relu = cpu_features().avx2 ? relu_tile_avx2 : relu_tile_base;
 #pragma omp parallel for schedule(static) if (t.count > 1)
   for (int64_t k = 0; k < t.count; ++k) {
     alignas(64) float v[kTile];
@@ -243,6 +267,7 @@ void batch_norm16_fwd(const BatchNormFwdProblem& p) {
     t.range(k, begin, size, channel);
     widen(p.x, begin, v, size);
     affine(v, size, t, channel, mu, scale.data(), beta);
+    if (p.relu) relu(v, size);
     narrow(v, p.y, begin, size);
   }
 }
@@ -252,6 +277,9 @@ std::string batch_norm16_bwd_declines(const BatchNormBwdProblem& p) {
   if (p.dy.strides() != p.x.strides() || p.dx.strides() != p.x.strides() ||
       p.dy.dtype() != p.x.dtype())
     return "x, dy and dx laid out differently";
+  if (p.relu_y.defined() &&
+      (p.relu_y.strides() != p.x.strides() || p.relu_y.dtype() != p.x.dtype()))
+    return "the fused relu's output laid out differently from x";
   return "";
 }
 

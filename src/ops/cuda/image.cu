@@ -542,9 +542,11 @@ std::string batch_norm_declines(const Tensor& x, const Tensor& other) {
   return {};
 }
 std::string batch_norm_fwd_declines(const BatchNormFwdProblem& p) {
+  if (p.relu) return "a fused relu";
   return batch_norm_declines(p.x, p.y);
 }
 std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p) {
+  if (p.relu_y.defined()) return "a fused relu mask";
   if (auto why = batch_norm_declines(p.x, p.dy); !why.empty()) return why;
   return batch_norm_declines(p.x, p.dx);
 }

@@ -143,6 +143,7 @@ dnnl::memory shift_placeholder(const Tensor& gamma) { return mem(gamma); }
 // f64) and then normalises with them through the use_global_stats primitive: oneDNN's own f32
 // sums drift (|y - beta| up to 0.3 on a constant channel of 50176 values, channels-last).
 std::string batch_norm_fwd_declines(const BatchNormFwdProblem& p) {
+  if (p.relu) return "a fused relu (oneDNN's fuse_norm_relu needs a workspace; not used)";
   if (std::string why = data_declines(p.x); !why.empty()) return why;
   return try_create([&] { bn_fwd(p.x.shape(), p.x.strides(), p.x.dtype(), p.eps); });
 }
@@ -159,6 +160,7 @@ void batch_norm_fwd(const BatchNormFwdProblem& p) {
 }
 
 std::string batch_norm_bwd_declines(const BatchNormBwdProblem& p) {
+  if (p.relu_y.defined()) return "a fused relu mask";
   if (std::string why = data_declines(p.x); !why.empty()) return why;
   return try_create([&] { bn_bwd(p.x.shape(), p.x.strides(), p.x.dtype(), p.training, p.eps); });
 }

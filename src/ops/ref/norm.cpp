@@ -5,6 +5,7 @@
 // channel / row / column block to one thread, so results never depend on the thread count.
 #include <cmath>
 
+#include "ops/elementwise_problem.h"
 #include "ops/ref/kernels.h"
 
 namespace mixprec::ops::ref {
@@ -53,7 +54,10 @@ void batch_norm_fwd(const BatchNormFwdProblem& p) {
       const C invstd = C(1) / std::sqrt(var[c] + static_cast<C>(p.eps));
       const C scale = gamma[c] * invstd, mu = mean[c], shift = beta[c];
       T* yc = yb + c * ycs;
-      for (int64_t i = 0; i < m; ++i) yc[yo[i]] = store<T>((load(xc[xo[i]]) - mu) * scale + shift);
+      for (int64_t i = 0; i < m; ++i) {
+        const T y = store<T>((load(xc[xo[i]]) - mu) * scale + shift);
+        yc[yo[i]] = p.relu ? store<T>(formulas::Relu{}(load(y))) : y;  // exact: y or 0
+      }
     }
   });
 }
@@ -63,6 +67,11 @@ void batch_norm_bwd(const BatchNormBwdProblem& p) {
     using C = compute_t<T>;
     const std::vector<int64_t> xo = channel_offsets(p.x), go = channel_offsets(p.dy),
                                dxo = channel_offsets(p.dx);
+    // dy, masked by a fused relu's output as relu's backward would (formulas::ReluMask).
+    const bool masked = p.relu_y.defined();
+    const std::vector<int64_t> ro = masked ? channel_offsets(p.relu_y) : std::vector<int64_t>{};
+    const T* rb = masked ? static_cast<const T*>(p.relu_y.data_ptr()) : nullptr;
+    const int64_t rcs = masked ? p.relu_y.strides()[1] : 0;
     const int64_t nc = p.x.shape()[1], m = static_cast<int64_t>(xo.size());
     const int64_t xcs = p.x.strides()[1], gcs = p.dy.strides()[1], dxcs = p.dx.strides()[1];
     const T* xb = static_cast<const T*>(p.x.data_ptr());
@@ -75,10 +84,15 @@ void batch_norm_bwd(const BatchNormBwdProblem& p) {
     for (int64_t c = 0; c < nc; ++c) {
       const T* xc = xb + c * xcs;
       const T* gc = gb + c * gcs;
+      const T* rc = masked ? rb + c * rcs : nullptr;
+      auto grad = [&](int64_t i) -> C {
+        const C g = load(gc[go[i]]);
+        return masked ? formulas::ReluMask{}(g, load(rc[ro[i]])) : g;
+      };
       const C mu = mean[c], invstd = C(1) / std::sqrt(var[c] + static_cast<C>(p.eps));
       C sum_g = 0, sum_gx = 0;
       for (int64_t i = 0; i < m; ++i) {
-        const C g = load(gc[go[i]]);
+        const C g = grad(i);
         sum_g += g;
         sum_gx += g * (load(xc[xo[i]]) - mu) * invstd;
       }
@@ -87,13 +101,13 @@ void batch_norm_bwd(const BatchNormBwdProblem& p) {
       const C k = gamma[c] * invstd;
       T* dxc = dxb + c * dxcs;
       if (!p.training) {  // the statistics are constants: an affine map
-        for (int64_t i = 0; i < m; ++i) dxc[dxo[i]] = store<T>(load(gc[go[i]]) * k);
+        for (int64_t i = 0; i < m; ++i) dxc[dxo[i]] = store<T>(grad(i) * k);
         continue;
       }
       const C mg = sum_g / static_cast<C>(m), mgx = sum_gx / static_cast<C>(m);
       for (int64_t i = 0; i < m; ++i) {
         const C xhat = (load(xc[xo[i]]) - mu) * invstd;
-        dxc[dxo[i]] = store<T>(k * (load(gc[go[i]]) - mg - xhat * mgx));
+        dxc[dxo[i]] = store<T>(k * (grad(i) - mg - xhat * mgx));
       }
     }
   });

@@ -1,0 +1,170 @@
+// GRAPH_MODE's fusion patterns (fuse.h). Each rewrites one recorded call so that it also does the
+// work of a later or earlier call, and empties that one. Conditions shared by all:
+//  - the buffer between the two calls is an intermediate (made in the step, held by nothing
+//    outside the plan) and exactly these two calls hold it, so no one else reads it;
+//  - no call between the two holds a buffer whose read or write the fusion moves in time;
+//  - the kernel that eager chose accepts the fused problem (`declines` is empty): a fusion never
+//    changes the kernel, so it cannot make a call slower by moving it to another implementation;
+//  - the fused kernel rounds where eager did (the problem types' comments say how).
+// Patterns:
+//  1. BatchNorm forward, then ReLU of its output: BatchNorm writes relu(y) into the ReLU's output
+//     (BatchNormFwdProblem::relu); y is never written.
+//  2. ReLU backward (relu_mask of the incoming gradient by the ReLU's output), then BatchNorm
+//     backward of the masked gradient: BatchNorm masks as it reads (BatchNormBwdProblem::relu_y).
+//  3. An add, then ReLU of its output (a residual block's end): one add_relu pass writes the
+//     ReLU's output (PointwiseFn::add_relu).
+// The holders are computed once, before any fusion; a fusion only moves a write earlier, to a
+// call that already held the buffers it reads, so the later patterns' conditions stay sound.
+#include "graph/fuse.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "ops/dispatch.h"
+#include "ops/elementwise_problem.h"
+#include "ops/norm_problem.h"
+
+namespace mixprec::graph::fusion {
+namespace {
+
+using ops::BatchNormBwdProblem;
+using ops::BatchNormFwdProblem;
+using ops::PointwiseFn;
+using ops::PointwiseProblem;
+using ops::RecordedCall;
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+class Fuser {
+ public:
+  Fuser(std::vector<std::function<void()>>& kernels, const Holdings& holdings, bool verbose)
+      : kernels_(kernels), holdings_(holdings), verbose_(verbose) {}
+
+  int64_t run() {
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      if (auto* bn = call<BatchNormFwdProblem>(i)) fuse_bn_relu_forward(i, *bn);
+      if (auto* pw = call<PointwiseProblem>(i)) {
+        fuse_add_relu(i, *pw);
+        fuse_relu_mask_bn_backward(i, *pw);
+      }
+    }
+    return removed_;
+  }
+
+ private:
+  template <class P> RecordedCall<P>* call(size_t k) {
+    return kernels_[k] ? kernels_[k].template target<RecordedCall<P>>() : nullptr;
+  }
+  const Holding* holding(const Tensor& t) const {
+    auto it = holdings_.find(t.storage().get());
+    return it == holdings_.end() ? nullptr : &it->second;
+  }
+  // t is an intermediate that exactly kernels a and b hold.
+  bool only_between(const Tensor& t, size_t a, size_t b) const {
+    const Holding* h = holding(t);
+    return h != nullptr && h->internal &&
+           h->kernels == std::vector<int64_t>{static_cast<int64_t>(a), static_cast<int64_t>(b)};
+  }
+  // No kernel strictly between a and b holds t's storage.
+  bool untouched_between(const Tensor& t, size_t a, size_t b) const {
+    const Holding* h = holding(t);
+    if (h == nullptr) return false;
+    return std::none_of(h->kernels.begin(), h->kernels.end(), [&](int64_t k) {
+      return k > static_cast<int64_t>(a) && k < static_cast<int64_t>(b);
+    });
+  }
+  // The other kernel (after `from`, or before it when backwards) holding t, if exactly one does.
+  int64_t partner(const Tensor& t, size_t from) const {
+    const Holding* h = holding(t);
+    if (h == nullptr || h->kernels.size() != 2) return -1;
+    const auto k = static_cast<int64_t>(from);
+    return h->kernels[0] == k ? h->kernels[1] : h->kernels[1] == k ? h->kernels[0] : -1;
+  }
+  template <class P> bool accepts(const RecordedCall<P>& c, const P& fused) const {
+    const ops::Impl<P>* impl = ops::kernel_of(c.run);
+    return impl != nullptr && impl->declines(fused).empty();
+  }
+  void remove(size_t k, const char* what, size_t into, std::string_view impl) {
+    kernels_[k] = nullptr;
+    ++removed_;
+    if (verbose_)
+      std::fprintf(stderr, "mixprec: graph: fused %s (kernel %zu into %zu, %.*s)\n", what, k, into,
+                   static_cast<int>(impl.size()), impl.data());
+  }
+
+  // The ReLU call that is the only reader of y, the output of call i, if there is one: its
+  // index (or -1). Its output z can be written at i instead: no call in between holds it.
+  int64_t relu_of(const Tensor& y, size_t i) {
+    const int64_t j = partner(y, i);
+    if (j <= static_cast<int64_t>(i)) return -1;
+    const auto b = static_cast<size_t>(j);
+    auto* relu = call<PointwiseProblem>(b);
+    if (relu == nullptr || relu->p.fn != PointwiseFn::relu || !same_view(relu->p.in[0], y))
+      return -1;
+    const Tensor& z = relu->p.out;
+    if (!only_between(y, i, b) || !untouched_between(z, i, b) || z.shape() != y.shape() ||
+        z.dtype() != y.dtype() || z.strides() != y.strides())
+      return -1;
+    return j;
+  }
+
+  void fuse_bn_relu_forward(size_t i, RecordedCall<BatchNormFwdProblem>& bn) {
+    if (bn.p.relu) return;
+    const int64_t j = relu_of(bn.p.y, i);
+    if (j < 0) return;
+    BatchNormFwdProblem fused = bn.p;
+    fused.y = call<PointwiseProblem>(static_cast<size_t>(j))->p.out;
+    fused.relu = true;
+    if (!accepts(bn, fused)) return;
+    bn.p = std::move(fused);
+    remove(static_cast<size_t>(j), "relu into batch_norm forward", i, ops::kernel_of(bn.run)->name);
+  }
+
+  void fuse_add_relu(size_t i, RecordedCall<PointwiseProblem>& add) {
+    if (add.p.fn != PointwiseFn::add) return;
+    const int64_t j = relu_of(add.p.out, i);
+    if (j < 0) return;
+    PointwiseProblem fused = add.p;
+    fused.fn = PointwiseFn::add_relu;
+    fused.out = call<PointwiseProblem>(static_cast<size_t>(j))->p.out;
+    if (!accepts(add, fused)) return;
+    add.p = std::move(fused);
+    remove(static_cast<size_t>(j), "relu into add", i, ops::kernel_of(add.run)->name);
+  }
+
+  void fuse_relu_mask_bn_backward(size_t i, RecordedCall<PointwiseProblem>& mask) {
+    if (mask.p.fn != PointwiseFn::relu_mask) return;
+    const Tensor &g = mask.p.in[0], &z = mask.p.in[1], &dg = mask.p.out;
+    const int64_t j = partner(dg, i);
+    if (j <= static_cast<int64_t>(i)) return;
+    auto* bn = call<BatchNormBwdProblem>(static_cast<size_t>(j));
+    if (bn == nullptr || bn->p.relu_y.defined() || !same_view(bn->p.dy, dg)) return;
+    const auto b = static_cast<size_t>(j);
+    if (!only_between(dg, i, b) || !untouched_between(g, i, b) || !untouched_between(z, i, b) ||
+        g.shape() != dg.shape() || g.dtype() != dg.dtype() || z.shape() != dg.shape())
+      return;
+    BatchNormBwdProblem fused = bn->p;
+    fused.dy = g;
+    fused.relu_y = z;
+    if (!accepts(*bn, fused)) return;
+    bn->p = std::move(fused);
+    remove(i, "relu backward into batch_norm backward", b, ops::kernel_of(bn->run)->name);
+  }
+
+  std::vector<std::function<void()>>& kernels_;
+  const Holdings& holdings_;
+  bool verbose_;
+  int64_t removed_ = 0;
+};
+
+}  // namespace
+
+int64_t fuse(std::vector<std::function<void()>>& kernels, const Holdings& holdings, bool verbose) {
+  return Fuser(kernels, holdings, verbose).run();
+}
+
+}  // namespace mixprec::graph::fusion
