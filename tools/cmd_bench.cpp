@@ -126,11 +126,16 @@ struct Runner {
     c.mode = mode;
     set_context(c);
     const auto t = clock_type::now();
+    // sync(): on a GPU the step is queued; it has run once its flag and loss are back.
     if (!timed) {
       (void)(*step)(x, y);
+      step->sync();
       return;
     }
-    transient = std::max(transient, graph::measure_peak([&] { (void)(*step)(x, y); }));
+    transient = std::max(transient, graph::measure_peak([&] {
+                           (void)(*step)(x, y);
+                           step->sync();
+                         }));
     ms.push_back(1e3 * seconds_since(t));
   }
 };
@@ -146,6 +151,7 @@ Runner make_runner(const BenchArgs& a, Mode mode) {
   amp::BuildOptions bo{.cast_model_type = parse_low_dtype(a.dtype)};
   if (auto m = parse_loss_scale(a.loss_scale)) bo.loss_scale_manager = *m;
   r.step = amp::build_train_network(*r.net, *r.opt, *r.loss_fn, a.amp_level, bo);
+  r.step->to(get_context().device);  // --device
   return r;
 }
 
@@ -174,7 +180,8 @@ int run_bench(const BenchArgs& a) {
   }
   nn::Cell* net = runners.front().net.get();
   amp::TrainOneStepCell* step = runners.front().step.get();
-  const auto [x, y] = synthetic_batch(a.model, batch);
+  const auto [x_host, y_host] = synthetic_batch(a.model, batch);
+  const Tensor x = x_host.to(get_context().device), y = y_host.to(get_context().device);
 
   // FLOPs of one step from the op trace of a forward pass: each GEMM-like op runs forward,
   // backward-weights and (unless its input needs no gradient) backward-data.
@@ -201,19 +208,22 @@ int run_bench(const BenchArgs& a) {
   // tensors and outputs), measured as live bytes with the graph held minus live bytes before.
   // The input batch is a fresh copy the caller then drops, so it counts exactly when the graph
   // retains it (at O0 the first layer saves it; at O2 it saves the bf16 cast instead).
+  // On a GPU (--device cuda) both are its memory (peak and activations; "step adds" stays the
+  // host's).
+  const Device device = get_context().device;
   int64_t activation = 0;
   {
-    const int64_t before = memory_stats().live_bytes;
+    const int64_t before = memory_stats(device).live_bytes;
     EnableGradGuard eg(true);
     Tensor input = x.clone();
     Tensor loss = step->network()(input, y);
     input = Tensor();
-    activation = memory_stats().live_bytes - before;
+    activation = memory_stats(device).live_bytes - before;
   }
-  reset_peak_memory();
+  reset_peak_memory(device);
   for (int64_t i = 0; i < a.steps; ++i)
     for (Runner& r : runners) r.run(x, y, true);
-  const int64_t peak = memory_stats().peak_bytes;
+  const int64_t peak = memory_stats(device).peak_bytes;
 
   const double gflops = std::max(gflops_before, measure_gemm_gflops(gemm_dtype));
   const double bw = measure_bandwidth_gbs();

@@ -18,6 +18,7 @@
 #include "cli_error.h"
 #include "commands.h"
 #include "mixprec/allocator.h"
+#include "mixprec/context.h"
 #include "mixprec/amp/amp.h"
 #include "mixprec/cpu_features.h"
 #include "mixprec/data/dataset.h"
@@ -325,12 +326,13 @@ std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int
 // Trains; what the run produced, for its end.
 RunResult train_session(const Setup& s, Session& run, const std::vector<train::CallbackRef>& callbacks,
                         const train::TrainOptions& topts, int64_t resumed_at) {
-  reset_peak_memory();
+  const Device device = get_context().device;  // --device: on a GPU, its memory
+  reset_peak_memory(device);
   const auto train_start = std::chrono::steady_clock::now();
   run.model->train(s.a.epochs, run.data.train, callbacks, topts);
   RunResult r{*run.history, *run.guard, run.model->train_network(), run.precision_rows, s.par};
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
-  r.peak = memory_stats().peak_bytes;
+  r.peak = memory_stats(device).peak_bytes;
   r.optimizer = run.optimizer->name();
   r.threads = s.threads;
   r.resumed_at = resumed_at;

@@ -105,13 +105,9 @@ void use_device(const std::string& device) {
     if (cuda) d = Device::cuda(device.size() > 5 ? std::stoi(device.substr(5)) : 0);
   });
   if (d.is_cpu()) return;
-  set_context({.device = d});  // throws: no CUDA backend in this build, or no GPU visible
-  MIXPREC_CHECK(false, "--device ", d.str(), ": the CUDA backend is experimental and cannot run ",
-                "this command yet: its runtime and kernels (cuBLASLt GEMM, cuDNN convolutions, ",
-                "elementwise, softmax, LayerNorm, BatchNorm, pooling, cross-entropy, embedding, ",
-                "sum, AMP updates) exist, but the device training loop (moving a network and its ",
-                "batches to the GPU) does not",
-                Hint{"use --device cpu (docs/cuda.md says what the backend has)"});
+  ContextOptions c = get_context();
+  c.device = d;
+  set_context(c);  // throws: no CUDA backend in this build, or no GPU visible
 }
 
 }  // namespace mixprec::cli

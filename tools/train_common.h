@@ -41,9 +41,9 @@ void set_mode(const std::string& mode);
 // --device for train, eval and bench: "cpu" (the default), "cuda" or "cuda:N".
 inline constexpr const char* kDeviceHelp =
     "cpu | cuda[:N] (CUDA: experimental; needs a -DMIXPREC_CUDA=ON build and a GPU)";
-// Parses --device and makes it the context's device. A CUDA device throws a clear error: the
-// build has no CUDA backend, no GPU is visible, or (with both) training on the GPU is not wired
-// up yet (docs/cuda.md).
+// Parses --device and makes it the context's device (train::Model then trains and evaluates
+// there). A CUDA device throws a clear error when the build has no CUDA backend or no GPU is
+// visible (docs/cuda.md).
 void use_device(const std::string& device);
 
 }  // namespace mixprec::cli

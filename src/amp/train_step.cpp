@@ -246,6 +246,7 @@ void TrainOneStepCell::fill_telemetry(const AmpCounters& before) {
 }
 
 Tensor TrainOneStepCell::construct(const Tensor& data, const Tensor& label) {
+  if (device_step_applies()) return device_construct(data, label);  // train_step_device.cpp
   const double scale = manager_ ? manager_->get_loss_scale() : 1.0;
   const Generator& gen = default_generator();
   const std::pair<uint64_t, uint64_t> rng_before{gen.seed(), gen.offset()};

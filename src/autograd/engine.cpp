@@ -157,9 +157,12 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     ready.pop_back();
     Buffer& b = buffers[n];
     std::vector<Tensor> grads = std::move(b.grads);
+    Device device = Device::cpu();  // a missing output gradient: zeros where the others are
+    for (const Tensor& g : grads)
+      if (g.defined()) device = g.device();
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) {
-        grads[i] = zeros(n->output_shapes[i], {.dtype = n->output_dtypes[i]});
+        grads[i] = zeros(n->output_shapes[i], {.dtype = n->output_dtypes[i], .device = device});
       } else if (!n->accepts_any_grad_dtype && grads[i].dtype() != n->output_dtypes[i]) {
         grads[i] = ops::amp_cast(grads[i], n->output_dtypes[i]);
       }
@@ -248,7 +251,8 @@ ValueAndGrad differentiate(std::vector<Tensor> values, const std::vector<int>& p
   wrt.insert(wrt.end(), weights.begin(), weights.end());
   std::vector<Tensor> grads = run_backward({values[0]}, {Tensor()}, {.capture = &wrt});
   for (size_t i = 0; i < grads.size(); ++i)
-    if (!grads[i].defined()) grads[i] = zeros(wrt[i].shape(), {.dtype = wrt[i].dtype()});
+    if (!grads[i].defined())
+      grads[i] = zeros(wrt[i].shape(), {.dtype = wrt[i].dtype(), .device = wrt[i].device()});
   return ValueAndGrad{std::move(values), std::move(grads)};
 }
 

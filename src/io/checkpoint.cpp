@@ -18,7 +18,8 @@ void save_checkpoint(const nn::Cell& network, const std::filesystem::path& path,
   std::vector<std::pair<std::string, Tensor>> tensors;
   NoGradGuard ng;
   for (auto& [name, t] : network.state_and_names()) {
-    const Tensor w = is_floating(t.dtype()) ? t.detach().astype(options.dtype) : t.detach();
+    const Tensor host = t.detach().to(Device::cpu());  // itself on the CPU
+    const Tensor w = is_floating(t.dtype()) ? host.astype(options.dtype) : host;
     tensors.emplace_back(name, w);
   }
   Metadata meta = options.metadata;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <set>
 
+#include "mixprec/cuda.h"
 #include "mixprec/error.h"
 #include "mixprec/nn/config_generation.h"
 #include "ops/cast_cache.h"
@@ -152,6 +153,36 @@ std::atomic<uint64_t> g_config_generation{0};
 
 uint64_t config_generation() { return g_config_generation.load(); }
 void bump_config_generation() { g_config_generation.fetch_add(1); }
+
+namespace {
+// Points t's own TensorImpl at a packed copy on `device`: every handle on t sees the move.
+void move_in_place(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return;
+  const Tensor moved = t.detach().to(device);
+  TensorImpl* impl = t.impl();
+  impl->storage = moved.storage();
+  impl->strides = moved.strides();
+  impl->offset = moved.offset();
+  Tensor handle = t;
+  if (const Tensor g = t.grad(); g.defined()) handle.set_grad(g.to(device));
+}
+}  // namespace
+
+Cell& Cell::to(Device device) {
+  if (device.is_cuda()) cuda::check_device(device);  // the build, the driver, the GPU
+  std::set<const TensorImpl*> seen;  // a shared tensor moves once
+  bool moved = false;
+  for (const auto& [n, t] : state_and_names())
+    if (seen.insert(t.impl()).second && t.device() != device) {
+      move_in_place(t, device);
+      moved = true;
+    }
+  if (!moved) return *this;
+  for (auto& [n, c] : cells_and_names())
+    if (c->amp_ && c->amp_->cache) c->amp_->cache->clear();
+  bump_config_generation();  // captured steps (GRAPH_MODE) refer to the old storages
+  return *this;
+}
 
 Cell& Cell::set_train(bool mode) {
   if (training_ != mode) bump_config_generation();

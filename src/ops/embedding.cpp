@@ -31,6 +31,10 @@ Tensor checked_indices(const Tensor& indices, int64_t num) {
                 Hint{"cast the indices with astype(DType::i64)"});
   Tensor idx = packed(indices, DType::i64).reshape({indices.numel()});
   if (idx.storage() == indices.storage()) idx = idx.clone();  // the node keeps its own copy
+  // Indices on a GPU are not range-checked here: reading them would make every step wait for
+  // the GPU. The CUDA kernel gives an out-of-range index a NaN row (ops/cuda/rows.cu), so a
+  // train step sees a non-finite loss and skips the update.
+  if (!idx.device().is_cpu()) return idx;
   // A kernel of its own, so that a captured step (core/capture.h) checks every batch's indices.
   mixprec::detail::run_kernel([idx, num] {
     const int64_t* p = idx.data<int64_t>();

@@ -33,6 +33,10 @@ Tensor class_labels(std::string_view op, const Tensor& labels, int64_t n, int64_
   MIXPREC_CHECK(labels.shape() == Shape{n}, op, ": expected labels of shape [", n,
                 "] (one class index per row), got ", desc(labels));
   const Tensor lab = packed(labels, DType::i64);
+  // Labels on a GPU are not range-checked here: reading them would make every step wait for
+  // the GPU. The CUDA cross-entropy kernel gives a row whose label is out of range a NaN loss
+  // (ops/cuda/rows.cu), so a train step sees a non-finite loss and skips the update.
+  if (!lab.device().is_cpu()) return lab;
   // A kernel of its own, so that a captured step (core/capture.h) checks every batch's labels.
   mixprec::detail::run_kernel([lab, n, classes, name = std::string(op)] {
     const int64_t* l = lab.data<int64_t>();
@@ -49,9 +53,14 @@ void check_rows(std::string_view op, const Tensor& t, const char* what) {
   MIXPREC_CHECK(t.dim() == 2, op, ": expected ", what, " of shape [N, C], got ", desc(t));
 }
 
-// none: the per-element losses; mean / sum: a scalar, summed in index order.
+// none: the per-element losses; mean / sum: a scalar, summed in index order (on a GPU by the
+// sum op's kernel, queued: the host reads nothing).
 Tensor reduce_loss(const Tensor& per, Reduction r) {
   if (r == Reduction::none) return per;
+  if (!per.device().is_cpu()) {
+    AutocastScope as_is(AutocastState{});  // the loss stays in acc_dtype, never cast to low
+    return r == Reduction::mean ? mean(per) : sum(per);
+  }
   Tensor out = Tensor::empty({}, {.dtype = per.dtype(), .device = per.device()});
   // A kernel of its own (a captured step replays it), writing through a view without history.
   mixprec::detail::run_kernel([per, o = out.detach(), r]() mutable {

@@ -317,7 +317,14 @@ static void sum_rows_now(const Tensor& g, const Tensor& out) {
   });
 }
 
+// On a GPU: the sum op's kernel over the rows, queued (the host reads nothing).
 void sum_rows(const Tensor& g, Tensor& out) {
+  if (!g.device().is_cpu()) {
+    NoGradGuard no_grad;
+    AutocastScope as_is(AutocastState{});  // the sum in g's accumulation dtype, never cast back
+    out.copy_(sum(g.detach(), {0}));
+    return;
+  }
   mixprec::detail::run_kernel([g, out] { sum_rows_now(g, out); });
 }
 

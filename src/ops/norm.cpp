@@ -53,8 +53,15 @@ bool is_dense(const Tensor& x) {
 }
 
 // running = momentum * running + (1 - momentum) * factor * batch, in place, without grad.
+// On the CPU in f64 on the host; on a GPU as pointwise ops queued on its stream (f32: the host
+// never reads the statistics, so a training step does not wait for the GPU).
 void update_running_now(Tensor& running, const Tensor& batch, double momentum, double factor) {
   NoGradGuard no_grad;
+  if (!running.device().is_cpu()) {
+    AutocastScope f32_as_is(AutocastState{});  // inside an O2 cell: no cast to the low dtype
+    running.copy_(add(mul(running.detach(), momentum), mul(batch, (1 - momentum) * factor)));
+    return;
+  }
   const std::vector<double> r = running.to_vector<double>(), b = batch.to_vector<double>();
   std::vector<double> next(r.size());
   for (size_t c = 0; c < r.size(); ++c) next[c] = momentum * r[c] + (1 - momentum) * factor * b[c];
@@ -62,7 +69,9 @@ void update_running_now(Tensor& running, const Tensor& batch, double momentum, d
 }
 
 // Recorded as one kernel while a step is captured (core/capture.h): the host loop reads values.
+// On a GPU the ops queue themselves.
 void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
+  if (!running.device().is_cpu()) return update_running_now(running, batch, momentum, factor);
   mixprec::detail::run_kernel([running, batch, momentum, factor]() mutable {
     update_running_now(running, batch, momentum, factor);
   });

@@ -12,6 +12,7 @@
 #include "ops/amp_problem.h"
 #include "ops/cast_cache.h"
 #include "mixprec/grad_mode.h"
+#include "mixprec/ops/amp_device.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::optim {
@@ -69,7 +70,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, LearningRate lr, double weight_
                   p.defined() ? std::string(dtype_name(p.dtype())) : "undefined",
                   Hint{"keep parameters in fp32 and let AMP cast them (amp::auto_mixed_precision)"});
     std::vector<Tensor> slots;
-    for (int s = 0; s < num_state_slots; ++s) slots.push_back(zeros(p.shape()));
+    for (int s = 0; s < num_state_slots; ++s) slots.push_back(zeros(p.shape(), {.device = p.device()}));
     state_.push_back(std::move(slots));
   }
 }
@@ -98,6 +99,69 @@ void Optimizer::detach_working_copies() {
   cache_ = nullptr;
 }
 
+void Optimizer::to(Device device) {
+  bool there = true;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const Tensor& s : state_[i]) there &= s.device() == device;
+    there &= working_.empty() || working_[i].device() == device;
+  }
+  if (there) return;
+  for (std::vector<Tensor>& slots : state_)
+    for (Tensor& s : slots) s = s.to(device);
+  if (working_.empty()) return;
+  if (cache_) cache_->clear();  // entries keyed by the storages the parameters left
+  attach_working_copies(cache_, low_dtype_);  // from the moved masters, on their device
+}
+
+void Optimizer::follow_parameters() {
+  const Device device = params_.front().device();
+  bool moved = false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    MIXPREC_CHECK(params_[i].device() == device, name_, ": parameter ", i, " is on ",
+                  params_[i].device().str(), ", parameter 0 on ", device.str(),
+                  Hint{"move the whole network at once: net.to(device)"});
+    for (const Tensor& s : state_[i]) moved |= s.device() != device;
+    moved |= !working_.empty() && working_[i].device() != device;
+  }
+  if (moved) to(device);
+}
+
+void Optimizer::fused_step(const std::vector<Tensor>&, const Tensor&, const Tensor&, int64_t) {
+  MIXPREC_CHECK(false, name_, ": no multi-tensor update on ", params_.front().device().str(),
+                " yet (Momentum and SGD have one)",
+                Hint{"use Momentum or SGD on a CUDA device, or train on the CPU"});
+}
+
+void Optimizer::fused_momentum_step(const std::vector<Tensor>& grads,
+                                    const std::vector<Tensor>& velocity, const Tensor& found_inf,
+                                    const Tensor& inv_scale, int64_t lr_step, double momentum,
+                                    bool nesterov) {
+  MIXPREC_CHECK(grads.size() == params_.size(), name_, ": expected ", params_.size(),
+                " gradients (one per parameter), got ", grads.size());
+  NoGradGuard ng;
+  std::vector<Tensor> p, g, v, w;
+  std::vector<size_t> updated;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;  // as step(grads): that parameter is left alone
+    updated.push_back(i);
+    p.push_back(params_[i]);
+    g.push_back(grads[i].contiguous());
+    v.push_back(velocity[i]);
+    if (!working_.empty()) w.push_back(working_[i]);
+  }
+  ops::fused_momentum_(p, g, v, w, found_inf, inv_scale,
+                       {.lr = lr_.at(lr_step), .momentum = momentum,
+                        .weight_decay = weight_decay_, .nesterov = nesterov});
+  if (cache_)  // the versions moved on: the refreshed copies are the cache's again
+    for (size_t i : updated) cache_->store(params_[i], working_[i], /*persistent=*/true);
+}
+
+void Optimizer::refresh_working_copy(size_t i) {
+  if (working_.empty()) return;
+  working_[i].copy_(params_[i].detach());  // one rounding, as the fused kernels'
+  if (cache_) cache_->store(params_[i], working_[i], /*persistent=*/true);
+}
+
 void Optimizer::apply(size_t i, const Tensor& grad, double grad_scale) {
   Tensor& p = params_[i];
   MIXPREC_CHECK(grad.shape() == p.shape(), name_, ": gradient ", i, " has shape ",
@@ -124,6 +188,13 @@ void Optimizer::step(const std::vector<Tensor>& grads, double grad_scale) {
                 " gradients (one per parameter), got ", grads.size());
   MIXPREC_CHECK(std::isfinite(grad_scale) && grad_scale > 0, name_, ": grad_scale must be finite and > 0");
   NoGradGuard ng;
+  const Device device = params_.front().device();
+  if (device.is_cuda()) {  // one multi-tensor op on the device, the scale as an f32 [1] there
+    fused_step(grads, Tensor(), full({1}, grad_scale, {.device = device}), step_);
+    ++step_;
+    return;
+  }
+  follow_parameters();
   for (size_t i = 0; i < params_.size(); ++i)
     if (grads[i].defined()) apply(i, grads[i], grad_scale);
   ++step_;
@@ -131,6 +202,14 @@ void Optimizer::step(const std::vector<Tensor>& grads, double grad_scale) {
 
 void Optimizer::step() {
   NoGradGuard ng;
+  if (params_.front().device().is_cuda()) {
+    std::vector<Tensor> grads;
+    for (const Tensor& p : params_) grads.push_back(p.grad());
+    fused_step(grads, Tensor(), Tensor(), step_);
+    ++step_;
+    return;
+  }
+  follow_parameters();
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (g.defined()) apply(i, g, 1.0);
@@ -180,6 +259,14 @@ Momentum::Momentum(std::vector<Tensor> params, LearningRate lr, double momentum,
   MIXPREC_CHECK(momentum >= 0 && momentum < 1, "Momentum: momentum must be in [0, 1), got ", momentum);
 }
 
+void Momentum::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                          const Tensor& inv_scale, int64_t lr_step) {
+  follow_parameters();
+  std::vector<Tensor> velocity;
+  for (const std::vector<Tensor>& s : slots()) velocity.push_back(s[0]);
+  fused_momentum_step(grads, velocity, found_inf, inv_scale, lr_step, momentum_, nesterov_);
+}
+
 void Momentum::update(const UpdateArgs& a) {
   // The same element step as the multi-tensor fused_momentum_ (ops/amp_problem.h).
   const ops::MomentumStep step{static_cast<float>(a.lr), static_cast<float>(momentum_),
@@ -192,6 +279,18 @@ void Momentum::update(const UpdateArgs& a) {
 
 SGD::SGD(std::vector<Tensor> params, LearningRate lr, double wd)
     : Optimizer(std::move(params), std::move(lr), wd, 0, "SGD") {}
+
+void SGD::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                     const Tensor& inv_scale, int64_t lr_step) {
+  follow_parameters();
+  const std::vector<Tensor>& params = parameters();
+  if (scratch_.size() != params.size() || scratch_.front().device() != params.front().device()) {
+    scratch_.clear();
+    for (const Tensor& p : params) scratch_.push_back(Tensor::empty(p.shape(), {.device = p.device()}));
+  }
+  for (Tensor& v : scratch_) v.fill_(0.0);  // momentum 0 * v must not see an earlier inf
+  fused_momentum_step(grads, scratch_, found_inf, inv_scale, lr_step, 0.0, false);
+}
 
 void SGD::update(const UpdateArgs& a) {
   const float lr = static_cast<float>(a.lr), wd = static_cast<float>(a.weight_decay);
@@ -228,6 +327,37 @@ void Adam::update(const UpdateArgs& a) {
     v[i] = b2 * v[i] + (1 - b2) * g * g;
     p[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
   });
+}
+
+void Adam::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                      const Tensor& inv_scale, int64_t lr_step) {
+  follow_parameters();
+  const std::vector<Tensor>& params = parameters();
+  MIXPREC_CHECK(grads.size() == params.size(), name(), ": expected ", params.size(),
+                " gradients (one per parameter), got ", grads.size());
+  NoGradGuard ng;
+  AutocastScope as_is(AutocastState{});  // f32 throughout, whatever the caller's scope
+  using namespace ops;
+  const double lr = lr_schedule().at(lr_step), wd = weight_decay();
+  const double step = static_cast<double>(lr_step + 1);
+  const double c1 = 1.0 / (1.0 - std::pow(beta1_, step)), c2 = 1.0 / (1.0 - std::pow(beta2_, step));
+  const Tensor skip = found_inf.defined() ? found_inf.astype(DType::boolean) : Tensor();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    Tensor p = params[i].detach(), m = slots()[i][0], v = slots()[i][1];
+    Tensor g = amp_cast(grads[i].detach(), DType::f32);
+    if (inv_scale.defined()) g = mul(g, inv_scale);
+    Tensor pn = p;
+    if (decoupled_) pn = sub(p, mul(mul(p, wd), lr));
+    else g = add(g, mul(p, wd));
+    const Tensor mn = add(mul(m, beta1_), mul(g, 1 - beta1_));
+    const Tensor vn = add(mul(v, beta2_), mul(mul(g, g), 1 - beta2_));
+    pn = sub(pn, mul(div(mul(mn, c1), add(sqrt(mul(vn, c2)), eps_)), lr));
+    p.copy_(skip.defined() ? where(skip, p, pn) : pn);
+    m.copy_(skip.defined() ? where(skip, m, mn) : mn);
+    v.copy_(skip.defined() ? where(skip, v, vn) : vn);
+    refresh_working_copy(i);
+  }
 }
 
 AdamW::AdamW(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd)

@@ -86,9 +86,9 @@ void save_training_state(const std::filesystem::path& path, Model& model, const 
   amp::TrainOneStepCell& step = model.train_network();
   NoGradGuard ng;
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (auto& [name, t] : model.network().state_and_names()) tensors.emplace_back(name, t.detach());
+  for (auto& [name, t] : model.network().state_and_names()) tensors.emplace_back(name, t.detach().to(Device::cpu()));
   for (const auto& s : step.optimizer().state())
-    tensors.emplace_back(std::string(kTrainStatePrefix) + "optimizer/" + s.name, s.tensor.detach());
+    tensors.emplace_back(std::string(kTrainStatePrefix) + "optimizer/" + s.name, s.tensor.detach().to(Device::cpu()));
   io::Metadata m = extra;
   m["format"] = "mixprec-training-state";
   m["mixprec_version"] = MIXPREC_VERSION;

@@ -11,11 +11,45 @@
 
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
+#include "mixprec/context.h"
+#include "mixprec/cuda.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::train {
+
+namespace {
+// Where the Model runs: the context's device when it is a GPU (set_context), else where the
+// network's parameters are (the CPU, unless the caller moved them).
+Device model_device(const amp::TrainOneStepCell& step) {
+  const Device context = get_context().device;
+  return context.is_cuda() ? context : step.device();
+}
+
+// Batches onto the device: through pinned staging on a GPU (images and labels each their own
+// pair of buffers, so one batch's upload overlaps the previous step), as they are on the CPU.
+class BatchUpload {
+ public:
+  explicit BatchUpload(Device device) {
+    if (!device.is_cuda()) return;
+    images_.emplace(device);
+    labels_.emplace(device);
+  }
+  std::pair<Tensor, Tensor> operator()(const dataset::Batch& b) {
+    if (!images_) return {b.image, b.label};
+    return {images_->upload(b.image), labels_->upload(b.label)};
+  }
+
+ private:
+  std::optional<cuda::Staging> images_, labels_;
+};
+}  // namespace
+
+void Model::place() {
+  const Device device = model_device(*train_net_);
+  if (train_net_->device() != device) train_net_->to(device);
+}
 
 Model::Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options)
     : network_(network), loss_fn_(loss_fn), optimizer_(optimizer), options_(std::move(options)) {
@@ -43,6 +77,8 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
                 "Model.train: resume position (epoch ", options.initial_epoch, ", batch ",
                 options.start_batch, ") is outside ", epochs, " epochs of ", ds.num_batches(), " batches");
   amp::TrainOneStepCell& step = *train_net_;
+  place();
+  BatchUpload upload(step.device());
   network_.set_train(true);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -65,9 +101,10 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
     for (auto& cb : callbacks) cb->on_epoch_begin(ctx);
     const int64_t first = e == options.initial_epoch ? options.start_batch : 0;
     for (const dataset::Batch& batch : ds.epoch(e, first)) {
-      (void)step(batch.image, batch.label);
+      const auto [x, y] = upload(batch);
+      (void)step(x, y);
       ++global_step_;
-      ctx.step = step.last_step();
+      ctx.step = step.last_step();  // a device step: waits for its flag and loss (amp.h)
       ctx.step_in_epoch = batch.index + 1;
       ctx.global_step = global_step_;
       ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - te).count();
@@ -99,14 +136,21 @@ std::map<std::string, double> Model::eval(const dataset::Dataset& ds) {
     needs_loss |= m->needs_loss();
   }
   const bool was_training = network_.training();
+  place();
+  BatchUpload upload(train_net_->device());
   network_.set_train(false);
   NoGradGuard ng;
+  // On a GPU the metrics read the logits and the loss copied back to the host (with the batch's
+  // own host labels): one small copy per batch, and the metrics stay host code.
   auto update = [&](const dataset::Batch& batch) {
-    Tensor logits = network_(batch.image);
+    const auto [x, y] = upload(batch);
+    Tensor logits = network_(x);
     logits = ops::amp_cast(logits, DType::f32);
-    const Tensor loss = needs_loss ? loss_fn_(logits, batch.label) : Tensor();
+    const Tensor loss = needs_loss ? loss_fn_(logits, y) : Tensor();
     const Tensor mean_loss = loss.defined() && loss.numel() > 1 ? ops::mean(loss) : loss;
-    for (auto& [name, m] : options_.metrics) m->update(logits, batch.label, mean_loss);
+    const Device cpu = Device::cpu();
+    for (auto& [name, m] : options_.metrics)
+      m->update(logits.to(cpu), batch.label, mean_loss.defined() ? mean_loss.to(cpu) : mean_loss);
   };
   // Data parallel: rank r evaluates batches r, r + n, ... (the very batches one process would),
   // or its own shard of a sharded dataset, and the metrics' sums are added up over the ranks.
@@ -151,9 +195,10 @@ void Model::check_sharding(const dataset::Dataset& ds, int group_size) {
 
 Tensor Model::predict(const Tensor& x) {
   const bool was_training = network_.training();
+  place();
   network_.set_train(false);
   NoGradGuard ng;
-  Tensor out = network_(x);
+  Tensor out = network_(x.to(train_net_->device()));
   network_.set_train(was_training);
   return ops::amp_cast(out, DType::f32);
 }

@@ -106,7 +106,14 @@ struct GraphModeInfo {
   graph::PlanStats plan{};  // the last plan made
 };
 
+namespace testing {
+// Test-only: true runs the device step (train_step_device.cpp) on CPU tensors too, with the
+// reference kernels of the AMP ops, so that it can be compared with the host step without a GPU.
+void set_device_step_on_cpu(bool on);
+}  // namespace testing
+
 namespace detail {
+struct DeviceStep;    // the device step's state (src/amp/train_step_device.cpp)
 struct StepGraphs;    // the cell's plans by key (src/amp/train_step_graph.cpp)
 struct CapturedStep;  // one key's plan
 void check_scalar_loss(const Tensor& loss);  // throws unless the loss has one element
@@ -119,6 +126,14 @@ void check_scalar_loss(const Tensor& loss);  // throws unless the loss has one e
 // sees them, clips by the norm of the reduced gradients, reports the loss averaged over the
 // ranks, agrees on one overflow event (that of the lowest rank that had one), and averages
 // BatchNorm statistics after each update, so that every rank keeps identical state.
+// On a CUDA device (the parameters' device; to() moves them) the step is the device step: the
+// loss scale, growth tracker and found-inf flag live in device tensors, the finite check, the
+// skip, the update and the scale's adaptation are multi-tensor ops there
+// (ops/amp_device.h), and the host reads nothing while it queues the step; the flag and the
+// loss come back through cuda::Readback and complete the StepInfo when it is read (last_step(),
+// skipped_steps(), or the next step). It supports what one GPU needs: no data parallel, no
+// clipping, no gradient accumulation, no check_numerics, no overflow provenance (the event stays
+// empty); every optimizer with a fused_step: Momentum, SGD, Adam, AdamW (docs/cuda.md).
 class TrainOneStepCell : public nn::Cell {
  public:
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).
@@ -129,11 +144,27 @@ class TrainOneStepCell : public nn::Cell {
   // unscaled loss.
   Tensor construct(const Tensor& data, const Tensor& label) override;
   std::string type_name() const override { return "TrainOneStepCell"; }
-  const StepInfo& last_step() const { return last_; }
+  // The last step's outcome (a device step's waits for its flag and loss: see above).
+  const StepInfo& last_step() const {
+    sync();
+    return last_;
+  }
   LossScaleManager* loss_scale_manager() const { return manager_.get(); }
   optim::Optimizer& optimizer() const { return optimizer_; }
   nn::Cell& network() const { return network_; }
-  int64_t skipped_steps() const { return skipped_; }
+  int64_t skipped_steps() const {
+    sync();
+    return skipped_;
+  }
+  // Moves the network (with its loss cell), the optimizer's state and working copies and the
+  // loss-scaling state to `device` (nn::Cell::to, optim::Optimizer::to). train::Model does it
+  // for the context's device. Returns *this.
+  TrainOneStepCell& to(Device device);
+  // Where the step runs: the parameters' device.
+  Device device() const;
+  // Completes a device step's StepInfo, the counters, the optimizer's step count and the
+  // manager's state, waiting for its flag and loss if they are not back yet; nothing otherwise.
+  void sync() const;
   int64_t attempted_steps() const { return attempted_; }
   void set_counters(int64_t attempted, int64_t skipped) { attempted_ = attempted; skipped_ = skipped; }
   void take_ownership(std::shared_ptr<nn::Cell> cell) { owned_.push_back(std::move(cell)); }
@@ -168,6 +199,10 @@ class TrainOneStepCell : public nn::Cell {
   std::optional<NonFiniteEvent> replay_with_checks(const Tensor& data, const Tensor& label, double scale,
                                                    const std::pair<uint64_t, uint64_t>& rng_before);
   void fill_telemetry(const AmpCounters& before);
+  // train_step_device.cpp
+  bool device_step_applies() const;
+  Tensor device_construct(const Tensor& data, const Tensor& label);
+  void resolve_device_step(double found_inf, double loss) const;
   nn::Cell& network_;
   nn::Cell* backbone_ = nullptr;
   std::vector<std::string> param_names_;
@@ -178,10 +213,11 @@ class TrainOneStepCell : public nn::Cell {
   std::vector<Tensor> accumulated_;
   int micro_ = 0;
   int64_t attempted_ = 0;
-  int64_t skipped_ = 0;
-  StepInfo last_;
+  mutable int64_t skipped_ = 0;  // mutable: a device step completes them when they are read
+  mutable StepInfo last_;
   std::vector<std::shared_ptr<nn::Cell>> owned_;
   std::shared_ptr<detail::StepGraphs> graphs_;
+  std::shared_ptr<detail::DeviceStep> device_;
 };
 
 struct BuildOptions {

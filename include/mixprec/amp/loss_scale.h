@@ -120,6 +120,7 @@ class DynamicLossScaleManager : public LossScaleManager {
   std::string description() const override;
   double scale_factor() const { return factor_; }
   int64_t scale_window() const { return window_; }
+  const DynamicLossScaleOptions& options() const { return options_; }
 
  private:
   double factor_;

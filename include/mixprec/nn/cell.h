@@ -56,6 +56,15 @@ class Cell {
   // Parameters and buffers, for checkpoints.
   std::vector<NamedTensor> state_and_names() const;
 
+  // ---- device
+  // Moves every parameter and buffer of this cell and its sub-cells to `device` in place (PyTorch's
+  // module.to(device)): each tensor keeps its identity, so the layers' members, an optimizer's
+  // parameter list and requires_grad still refer to it; a gradient moves along. Tensors already
+  // there are left as they are (to(Device::cpu()) on a CPU network changes nothing). Casts that
+  // the AMP configurations cached are dropped. An optimizer's state follows its parameters
+  // (optim::Optimizer::to, or by itself at its next step).
+  Cell& to(Device device);
+
   // ---- modes and precision
   Cell& set_train(bool mode = true);  // recursive
   bool training() const { return training_; }

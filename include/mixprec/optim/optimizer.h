@@ -3,7 +3,10 @@
 // that reads the gradient (f32, bf16 or f16), applies weight decay, updates the state and the
 // fp32 weight, and — when AMP working copies are attached — writes the low-precision copy in
 // the same pass (no extra sweep) and registers it in the cast cache. step() advances the step
-// counter and the schedule; a step the loss scaler skips never calls it.
+// counter and the schedule; a step the loss scaler skips never calls it. State lives on the
+// parameters' device: it follows them (to(), or at the next step) when they move. On a CUDA
+// device the update is one multi-tensor op (ops::fused_momentum_: Momentum and SGD), or
+// pointwise ops per parameter (Adam, AdamW).
 #pragma once
 
 #include <cstdint>
@@ -79,6 +82,18 @@ class Optimizer {
   // All state tensors ("moments.3", ...), fp32, for checkpoints; written in place on load.
   std::vector<NamedState> state() const;
 
+  // Moves the state to `device` and re-derives the working copies there (after the parameters
+  // moved: nn::Cell::to). step() does this by itself when it finds the parameters elsewhere.
+  void to(Device device);
+  // The update of every parameter as one multi-tensor op on their device, queued without any
+  // host read: skipped there when found_inf (f32 [1]; undefined: never) is not 0, gradients
+  // multiplied by inv_scale (f32 [1]; undefined: 1) as they are read, the learning rate of step
+  // `lr_step`. Does not advance the step count (the caller knows when the update applied).
+  // Gradients: one per parameter, on its device (undefined: that parameter is left alone).
+  // Momentum and SGD have it (bit for bit their step()), Adam and AdamW too (within rounding).
+  virtual void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                          const Tensor& inv_scale, int64_t lr_step);
+
  protected:
   // The fused update of one parameter. p and state are fp32 contiguous; g has grad_dtype;
   // low (nullable) receives the rounded weights in low_dtype.
@@ -96,6 +111,16 @@ class Optimizer {
     double grad_scale;    // multiplies each gradient element as it is read
   };
   virtual void update(const UpdateArgs& a) = 0;
+  // fused_step with a momentum update (ops::fused_momentum_) over `velocity` (one per param).
+  void fused_momentum_step(const std::vector<Tensor>& grads, const std::vector<Tensor>& velocity,
+                           const Tensor& found_inf, const Tensor& inv_scale, int64_t lr_step,
+                           double momentum, bool nesterov);
+  const std::vector<std::vector<Tensor>>& slots() const { return state_; }
+  void follow_parameters();  // state and working copies onto the parameters' device
+  // The working copy of parameter i (if any) re-rounded from its master and re-cached.
+  void refresh_working_copy(size_t i);
+  double weight_decay() const { return weight_decay_; }
+  const LearningRate& lr_schedule() const { return lr_; }
 
  private:
   void apply(size_t i, const Tensor& grad, double grad_scale);
@@ -116,6 +141,8 @@ class Momentum : public Optimizer {
  public:
   Momentum(std::vector<Tensor> params, LearningRate learning_rate, double momentum,
            double weight_decay = 0.0, bool use_nesterov = false);
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, int64_t lr_step) override;
 
  protected:
   void update(const UpdateArgs& a) override;
@@ -129,9 +156,15 @@ class Momentum : public Optimizer {
 class SGD : public Optimizer {
  public:
   explicit SGD(std::vector<Tensor> params, LearningRate learning_rate = 0.1, double weight_decay = 0.0);
+  // Momentum 0 over a velocity zeroed first (v = g + wd * p; p -= lr * v: SGD's formula).
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, int64_t lr_step) override;
 
  protected:
   void update(const UpdateArgs& a) override;
+
+ private:
+  std::vector<Tensor> scratch_;  // fused_step's velocity, on the parameters' device
 };
 
 // Adam with L2 weight decay added to the gradient; AdamW decouples it (p -= lr * wd * p).
@@ -140,6 +173,11 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, LearningRate learning_rate = 1e-3, double beta1 = 0.9,
        double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0);
+  // Per parameter, the update's formula as pointwise ops on its device (about a dozen launches;
+  // no fused kernel yet), the skip as a select on found_inf: within rounding of step(), not
+  // bit for bit (the ops round their scalars and intermediates differently).
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, int64_t lr_step) override;
 
  protected:
   Adam(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd,

@@ -5,7 +5,9 @@
 // the metrics; predict(x) runs the network in eval mode. The Model does not own the network,
 // loss or optimizer (as in the seed, the caller creates and keeps them). Built while the parallel
 // context is DATA_PARALLEL, it trains data parallel by itself (model.cpp); give train() each
-// rank's shard (MnistDataset {.num_shards, .shard_id}).
+// rank's shard (MnistDataset {.num_shards, .shard_id}). With set_context({.device =
+// Device::cuda()}) train, eval and predict first move the network, the optimizer's state and the
+// loss-scaling state to that GPU (amp::TrainOneStepCell::to) and upload each batch there.
 #pragma once
 
 #include <map>
@@ -51,7 +53,7 @@ class Model {
   // Metric name -> value over the whole dataset (the network in eval mode, no gradients). Data
   // parallel: collective, the same values on every rank.
   std::map<std::string, double> eval(const dataset::Dataset& dataset);
-  // Network output in eval mode (fp32 at every AMP level).
+  // Network output in eval mode (fp32 at every AMP level), on the network's device.
   Tensor predict(const Tensor& x);
 
   amp::TrainOneStepCell& train_network() { return *train_net_; }
@@ -64,6 +66,7 @@ class Model {
   void set_position(int64_t epoch, int64_t batch, int64_t global_step);
 
  private:
+  void place();  // the network and the step's state onto the Model's device (model.cpp)
   void reduce_metric_sums();
   static void check_sharding(const dataset::Dataset& ds, int group_size);
   nn::Cell& network_;

@@ -190,8 +190,10 @@ __global__ void layer_norm_bwd_params_kernel(const void* x, const void* dy, DTyp
 // ------------------------------------------------------------------ cross-entropy
 
 // Forward: warps over the N rows of logits [N, Cn] (contiguous, in C); lanes stride the row.
-// Writes loss, row_max, row_logsum [N]. labels: i64 [N] (sparse, in range: the op checked) or
-// C [N, Cn] (dense).
+// Writes loss, row_max, row_logsum [N]. labels: i64 [N] (sparse) or C [N, Cn] (dense). The op
+// does not range-check labels on the device (that would wait for it): a label outside [0, Cn)
+// gives that row a NaN loss instead of a read outside the row, so a train step sees a
+// non-finite loss and skips its update.
 template <class C>
 __global__ void cross_entropy_fwd_kernel(const C* x, const int64_t* sparse_labels,
                                          const C* dense_labels, C* loss, C* row_max,
@@ -210,7 +212,8 @@ __global__ void cross_entropy_fwd_kernel(const C* x, const int64_t* sparse_label
     const C ls = isfinite(m) ? log1p(rest) : std::numeric_limits<C>::quiet_NaN();
     C out;
     if (sparse_labels) {
-      out = (m - xi[sparse_labels[i]]) + ls;
+      const int64_t l = sparse_labels[i];
+      out = l >= 0 && l < c ? (m - xi[l]) + ls : std::numeric_limits<C>::quiet_NaN();
     } else {
       const C* t = dense_labels + i * c;
       C tsum = 0, tx = 0;
@@ -250,26 +253,31 @@ __global__ void cross_entropy_bwd_kernel(const C* x, const int64_t* sparse_label
 // ------------------------------------------------------------------ embedding
 
 // Forward: grid_for(n*dim, 256), one thread per output element (i, j) = (e / dim, e % dim):
-// a warp copies 32 consecutive elements of one or two weight rows (coalesced). Indices are
-// in range (the op checked them on the host before uploading).
+// a warp copies 32 consecutive elements of one or two weight rows (coalesced). The op does not
+// range-check indices on the device (that would wait for it): an index outside [0, num) gives
+// a NaN row instead of a read outside the weight, so a train step sees a non-finite loss.
 __global__ void embedding_fwd_kernel(const void* w, const int64_t* idx, void* out, DType dt,
-                                     int64_t n, int64_t dim) {
+                                     int64_t n, int64_t dim, int64_t num) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * dim;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = e / dim, j = e % dim;
-    store_elem<double>(out, dt, e, load_elem<double>(w, dt, idx[i] * dim + j));
+    const int64_t i = e / dim, j = e % dim, row = idx[i];
+    const double v = row >= 0 && row < num ? load_elem<double>(w, dt, row * dim + j)
+                                           : std::numeric_limits<double>::quiet_NaN();
+    store_elem<double>(out, dt, e, v);
   }
 }
 
 // Backward: grid_for(dim, 256), one thread per column j walking the n positions in order and
 // adding grad[i, j] into dweight[idx[i], j]: each dweight element is written by one thread only
 // (no atomics) and sums its positions in order, as the reference. dweight is zero-filled, in C.
+// An index outside [0, num) adds nothing (its forward row was NaN).
 template <class C>
 __global__ void embedding_bwd_kernel(const void* grad, DType dt, const int64_t* idx, C* dw,
-                                     int64_t n, int64_t dim) {
+                                     int64_t n, int64_t dim, int64_t num) {
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < dim;
        j += int64_t{gridDim.x} * blockDim.x)
-    for (int64_t i = 0; i < n; ++i) dw[idx[i] * dim + j] += load_elem<C>(grad, dt, i * dim + j);
+    for (int64_t i = 0; i < n; ++i)
+      if (idx[i] >= 0 && idx[i] < num) dw[idx[i] * dim + j] += load_elem<C>(grad, dt, i * dim + j);
 }
 
 // ------------------------------------------------------------------ sum reduction
@@ -421,7 +429,7 @@ void embedding_fwd(const EmbeddingFwdProblem& p) {
   cudaStream_t s = cuda_detail::activate(p.weight.device());
   embedding_fwd_kernel<<<cuda_detail::grid_for(n * dim, kThreads), kThreads, 0, s>>>(
       p.weight.data_ptr(), ptr_or_null<int64_t>(p.indices), p.out.data_ptr(), p.weight.dtype(),
-      n, dim);
+      n, dim, p.weight.shape()[0]);
   MIXPREC_CUDA_LAUNCHED();
 }
 
@@ -432,7 +440,7 @@ void embedding_bwd(const EmbeddingBwdProblem& p) {
   visit_compute(p.dweight.dtype(), [&]<class C>() {
     embedding_bwd_kernel<C><<<cuda_detail::grid_for(dim, kThreads), kThreads, 0, s>>>(
         p.grad.data_ptr(), p.grad.dtype(), ptr_or_null<int64_t>(p.indices),
-        mut_or_null<C>(p.dweight), n, dim);
+        mut_or_null<C>(p.dweight), n, dim, p.dweight.shape()[0]);
   });
   MIXPREC_CUDA_LAUNCHED();
 }
