@@ -63,11 +63,13 @@ class Fuser {
     auto it = holdings_.find(t.storage().get());
     return it == holdings_.end() ? nullptr : &it->second;
   }
-  // t is an intermediate that exactly kernels a and b hold.
+  // t is an intermediate that exactly kernels a and b hold, and no kernel outside [a, b] reached
+  // its memory (a kernel holding only a raw pointer would show there).
   bool only_between(const Tensor& t, size_t a, size_t b) const {
     const Holding* h = holding(t);
-    return h != nullptr && h->internal &&
-           h->kernels == std::vector<int64_t>{static_cast<int64_t>(a), static_cast<int64_t>(b)};
+    const auto ia = static_cast<int64_t>(a), ib = static_cast<int64_t>(b);
+    return h != nullptr && h->internal && h->kernels == std::vector<int64_t>{ia, ib} &&
+           (h->first_touch < 0 || (h->first_touch >= ia && h->last_touch <= ib));
   }
   // No kernel strictly between a and b holds t's storage.
   bool untouched_between(const Tensor& t, size_t a, size_t b) const {

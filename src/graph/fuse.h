@@ -18,6 +18,7 @@ struct Holding {
   bool internal = false;         // made in the step, held by nothing outside the recorded kernels
   bool output = false;           // made in the step, one of the plan's outputs (never fused away)
   std::vector<int64_t> kernels;  // the kernels that hold a view of it, ascending
+  int64_t first_touch = -1, last_touch = -1;  // kernels that reached its memory (data_ptr())
 };
 using Holdings = std::unordered_map<const Storage*, Holding>;
 

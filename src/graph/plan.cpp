@@ -190,6 +190,8 @@ fusion::Holdings Plan::holdings(const std::vector<Tensor>& outputs) const {
       if (held > 0) h.kernels.insert(h.kernels.end(), it->second.begin(), it->second.end());
     }
     h.output = !u.host_written && returned.count(key) > 0;
+    h.first_touch = u.first;
+    h.last_touch = u.last;
     std::sort(h.kernels.begin(), h.kernels.end());
     h.kernels.erase(std::unique(h.kernels.begin(), h.kernels.end()), h.kernels.end());
   }
