@@ -59,7 +59,8 @@ void capture_fail(std::string reason);
 
 // From inside a kernel: tells the active recorder (if any) that the kernel holds `t` without
 // reading it (a problem field this kernel ignores, e.g. max pooling's x when the argmax workspace
-// serves), so that memory planning sees every holder of t's storage. Without it the storage has
+// serves; ops::RecordedCall reports every problem's inputs() / outputs() this way), so that
+// memory planning sees every holder of t's storage. Without it the storage has
 // a holder the plan cannot explain and keeps its own memory, outside the arena.
 void capture_holds(const Tensor& t);
 

@@ -6,6 +6,7 @@
 // + 1 == oh exactly, as oneDNN wants.
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "ops/layout.h"
@@ -63,6 +64,10 @@ struct PoolBwdProblem {
   PoolGeometry g;
   Device device() const { return dy.device(); }
   std::string describe() const;
+  // The data tensors (GRAPH_MODE's RecordedCall reports them as held: a kernel that takes the
+  // argmax from the workspace holds x without reading it).
+  static constexpr auto inputs() { return std::array{&PoolBwdProblem::dy, &PoolBwdProblem::x}; }
+  static constexpr auto outputs() { return std::array{&PoolBwdProblem::dx}; }
 };
 
 }  // namespace mixprec::ops

@@ -115,15 +115,11 @@ void Optimizer::to(Device device) {
 
 void Optimizer::follow_parameters() {
   const Device device = params_.front().device();
-  bool moved = false;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < params_.size(); ++i)
     MIXPREC_CHECK(params_[i].device() == device, name_, ": parameter ", i, " is on ",
                   params_[i].device().str(), ", parameter 0 on ", device.str(),
                   Hint{"move the whole network at once: net.to(device)"});
-    for (const Tensor& s : state_[i]) moved |= s.device() != device;
-    moved |= !working_.empty() && working_[i].device() != device;
-  }
-  if (moved) to(device);
+  to(device);  // nothing when the state is there already
 }
 
 void Optimizer::fused_step(const std::vector<Tensor>&, const Tensor&, const Tensor&, int64_t) {

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/capture.h"
 #include "mixprec/convert.h"
 #include "mixprec/dtype.h"
 
@@ -114,7 +113,6 @@ std::string pool_max_nhwc_bwd_declines(const PoolBwdProblem& p) {
 }
 
 void pool_max_nhwc_bwd(const PoolBwdProblem& p) {
-  mixprec::detail::capture_holds(p.x);  // the workspace serves; x is held, not read
   const PoolGeometry& g = p.g;
   const int64_t C = g.c;
   const bool overlap = g.stride_h < g.kh || g.stride_w < g.kw;

@@ -4,7 +4,6 @@
 // per thread.
 #include "ops/onednn/kernels.h"
 
-#include "core/capture.h"
 #include "ops/onednn/context.h"
 
 namespace mixprec::ops::onednn {
@@ -145,7 +144,6 @@ std::string pool_bwd_declines(const PoolBwdProblem& p) {
 }
 
 void pool_bwd(const PoolBwdProblem& p) {
-  mixprec::detail::capture_holds(p.x);  // max pooling's workspace serves; x is held, not read
   const auto e = bwd_entry(p.dy.dtype(), p.g);
   MIXPREC_ASSERT(e->error.empty(), "pooling: running a declined oneDNN primitive: ", e->error);
   std::unordered_map<int, memory> args{
