@@ -4,7 +4,9 @@
 // threads; each element is written by exactly one thread, so results never depend on threads.
 #include "strided_copy.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "cuda_runtime.h"
 #include "capture.h"
@@ -13,9 +15,18 @@
 namespace mixprec::detail {
 
 CopyLayout coalesce(const Shape& shape, const Strides& ss, const Strides& ds) {
+  // Walk the dims in the destination's memory order (largest stride first; the source's stride
+  // breaks ties), not in index order: a channels-last tensor copied into channels-last memory then
+  // merges into one contiguous run instead of a run of stride C. A copy writes each element once,
+  // so the order of the walk changes nothing but speed.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ds[a] != ds[b] ? ds[a] > ds[b] : ss[a] > ss[b];
+  });
   CopyLayout l;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 1) continue;
+  for (const size_t i : order) {
     if (!l.sizes.empty() && l.src.back() == ss[i] * shape[i] && l.dst.back() == ds[i] * shape[i]) {
       l.sizes.back() *= shape[i];
       l.src.back() = ss[i];
