@@ -64,18 +64,7 @@ Tensor empty_output(const Shape& shape, DType dtype, Device device,
   return Tensor::empty(shape, {.dtype = dtype, .device = device});
 }
 
-bool fills_its_span(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims larger than 1
-  for (size_t d = 0; d < t.shape().size(); ++d)
-    if (t.shape()[d] != 1) dims.emplace_back(t.strides()[d], t.shape()[d]);
-  std::sort(dims.begin(), dims.end());
-  int64_t expect = 1;
-  for (auto [stride, size] : dims) {
-    if (stride != expect) return false;
-    expect *= size;
-  }
-  return true;
-}
+bool fills_its_span(const Tensor& t) { return is_dense(t.shape(), t.strides()); }
 
 Tensor empty_f32_like(const Tensor& t) {
   if (t.numel() == 0 || !fills_its_span(t))
@@ -91,12 +80,9 @@ Tensor widen_to_f32(const Tensor& t) {
 }
 
 void round_into(const Tensor& src, const Tensor& dst) {
-  if (src.strides() == dst.strides() && fills_its_span(src))
-    mixprec::detail::run_kernel([src, dst] {
-      convert_row(src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), src.numel());
-    });
-  else
-    mixprec::detail::strided_copy(src, dst);
+  // One vectorised run when both share a dense layout (the copy merges dims in memory order),
+  // split over the threads when it is long.
+  mixprec::detail::strided_copy(src, dst);
 }
 
 }  // namespace mixprec::ops::detail
