@@ -249,10 +249,10 @@ int run_bench(const BenchArgs& a) {
     if (r.mode == Mode::graph) {
       const amp::GraphModeInfo& g = r.step->graph_mode_info();
       if (g.replays > 0)
-        std::printf("  graph: %lld kernels replayed (%lld fused away); arena %.1f MB for %lld intermediates (%.1f MB one buffer each), "
+        std::printf("  graph: %lld kernels replayed (%lld fused away, %lld casts back removed); arena %.1f MB for %lld intermediates (%.1f MB one buffer each), "
                     "eager step peak %.1f MB\n",
                     static_cast<long long>(g.plan.kernels), static_cast<long long>(g.plan.fused),
-                    static_cast<double>(g.plan.arena_bytes) / 1e6,
+                    static_cast<long long>(g.plan.casts_elided), static_cast<double>(g.plan.arena_bytes) / 1e6,
                     static_cast<long long>(g.plan.planned_buffers), static_cast<double>(g.plan.unplanned_bytes) / 1e6,
                     static_cast<double>(g.plan.eager_peak_bytes) / 1e6);
       else
@@ -277,7 +277,7 @@ int run_bench(const BenchArgs& a) {
         const amp::GraphModeInfo& g = r.step->graph_mode_info();
         j["graph"] = {{"replays", g.replays}, {"captures", g.captures}, {"eager_steps", g.eager_steps},
                       {"fallback", g.fallback}, {"kernels", g.plan.kernels}, {"fused", g.plan.fused},
-                      {"arena_bytes", g.plan.arena_bytes},
+                      {"casts_elided", g.plan.casts_elided}, {"arena_bytes", g.plan.arena_bytes},
                       {"planned_buffers", g.plan.planned_buffers}, {"unplanned_bytes", g.plan.unplanned_bytes},
                       {"held_bytes", g.plan.held_bytes}, {"eager_peak_bytes", g.plan.eager_peak_bytes}};
       }

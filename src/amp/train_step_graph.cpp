@@ -181,7 +181,8 @@ std::vector<Tensor> TrainOneStepCell::capture_step(detail::CapturedStep& e, cons
   st.eager_peak_bytes = e.eager_peak;
   graphs_->info.plan = st;
   say("captured " + e.key + ": " + std::to_string(st.kernels) + " kernels (" +
-      std::to_string(st.fused) + " fused away), arena " + std::to_string(st.arena_bytes) +
+      std::to_string(st.fused) + " fused away, " + std::to_string(st.casts_elided) +
+      " casts back removed), arena " + std::to_string(st.arena_bytes) +
       " bytes for " + std::to_string(st.planned_buffers) + " buffers (" + std::to_string(st.unplanned_bytes) +
       " unplanned), eager peak " + std::to_string(st.eager_peak_bytes) + " bytes");
   return grads;

@@ -22,6 +22,11 @@ void capture_owns(const Tensor& t) {
     r->owns(t.impl());
 }
 
+void capture_writes(const Tensor& t) {
+  if (CaptureRecorder* r = capture_recorder(); r != nullptr && capture_depth() == 1 && t.defined())
+    r->writes(t.storage().get());
+}
+
 void capture_holds(const Tensor& t) {
   if (capture_recorder() != nullptr && capture_depth() > 0 && t.defined())
     (void)t.data_ptr();  // data_ptr() reports the access to the recorder, as from the kernel

@@ -28,6 +28,8 @@ class CaptureRecorder {
   // The last recorded kernel owns one reference to t that copying the kernel does not show (a
   // tensor behind a pointer the kernel shares, such as a pooling workspace).
   virtual void owns(const TensorImpl* t) = 0;
+  // The kernel now running writes `s` (see capture_writes).
+  virtual void writes(const Storage* s) = 0;
 };
 
 // The recorder active on this thread (null: not capturing), and the depth of run_kernel calls.
@@ -66,5 +68,11 @@ void capture_holds(const Tensor& t);
 
 // After run_kernel: the kernel just recorded owns one reference to t (see CaptureRecorder::owns).
 void capture_owns(const Tensor& t);
+
+// From inside a kernel (its outermost level, not a kernel nested in it): the kernel writes t. A
+// kernel that reports one write must report them all (ops::RecordedCall reports its problem's
+// outputs(), a strided copy its destination); the plan takes a kernel that reports none as
+// writing everything it holds.
+void capture_writes(const Tensor& t);
 
 }  // namespace mixprec::detail

@@ -141,9 +141,12 @@ static void strided_copy_now(const Tensor& src, const Tensor& dst) {
   for (int64_t o = 0; o < outer; ++o) do_outer(o);
 }
 
-// While a step is captured (core/capture.h), the copy is recorded for replay.
-void strided_copy(const Tensor& src, const Tensor& dst) {
-  run_kernel([src, dst] { strided_copy_now(src, dst); });
+void CopyKernel::operator()() const {
+  capture_writes(dst);  // while capturing: the one tensor this kernel writes
+  strided_copy_now(src, dst);
 }
+
+// While a step is captured (core/capture.h), the copy is recorded for replay.
+void strided_copy(const Tensor& src, const Tensor& dst) { run_kernel(CopyKernel{src, dst}); }
 
 }  // namespace mixprec::detail

@@ -18,4 +18,12 @@ CopyLayout coalesce(const Shape& shape, const Strides& src_strides, const Stride
 // dst and src have the same shape; dtypes may differ. Does not bump dst's version.
 void strided_copy(const Tensor& src, const Tensor& dst);
 
+// The work strided_copy runs (and records while a step is captured): a named type, so that
+// GRAPH_MODE's planning can find copies and casts among the recorded kernels
+// (std::function::target) and remove a cast that is cast straight back.
+struct CopyKernel {
+  Tensor src, dst;
+  void operator()() const;
+};
+
 }  // namespace mixprec::detail

@@ -15,12 +15,21 @@
 //     ReLU's output (PointwiseFn::add_relu).
 // The holders are computed once, before any fusion; a fusion only moves a write earlier, to a
 // call that already held the buffers it reads, so the later patterns' conditions stay sound.
+//  4. (elide_round_trip_casts, run after 1-3 on holders computed again) A cast of a 16-bit x to
+//     f32, y, and later a cast of y back to x's dtype and layout, z: z is x bit for bit (every
+//     f16 / bf16 value is an f32; the one exception is a signalling NaN, which the conversions
+//     quiet and no kernel produces). The second cast is removed and z's storage aliases x's
+//     bytes, provided that nothing writes x from the first cast until z's last use, nothing but
+//     the second cast writes z, and z is an intermediate of its own, packed from offset 0. At O1
+//     these pairs come from white-list ops whose 16-bit outputs an f32 op reads, and whose
+//     gradient path casts the f32 result back.
 #include "graph/fuse.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "core/strided_copy.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise_problem.h"
 #include "ops/norm_problem.h"
@@ -167,6 +176,61 @@ class Fuser {
 
 int64_t fuse(std::vector<std::function<void()>>& kernels, const Holdings& holdings, bool verbose) {
   return Fuser(kernels, holdings, verbose).run();
+}
+
+namespace {
+
+// z can take x's bytes: the same dtype and layout, and z's storage is exactly z, from offset 0.
+bool can_alias(const Tensor& z, const Tensor& x) {
+  return z.dtype() == x.dtype() && z.shape() == x.shape() && z.strides() == x.strides() &&
+         z.offset() == 0 && is_dense(z.shape(), z.strides()) &&
+         z.storage()->nbytes() == static_cast<size_t>(z.numel()) * z.itemsize();
+}
+
+bool writes_between(const Holding& h, int64_t after, int64_t upto) {
+  return std::any_of(h.writers.begin(), h.writers.end(),
+                     [&](int64_t w) { return w > after && w <= upto; });
+}
+
+}  // namespace
+
+int64_t elide_round_trip_casts(std::vector<std::function<void()>>& kernels, const Holdings& holdings,
+                               std::vector<Alias>& aliases, bool verbose) {
+  using mixprec::detail::CopyKernel;
+  const auto copy_at = [&](int64_t k) -> const CopyKernel* {
+    const auto& f = kernels[static_cast<size_t>(k)];
+    return f ? f.target<CopyKernel>() : nullptr;
+  };
+  const auto holding = [&](const Tensor& t) -> const Holding* {
+    auto it = holdings.find(t.storage().get());
+    return it == holdings.end() ? nullptr : &it->second;
+  };
+  int64_t removed = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(kernels.size()); ++i) {
+    const CopyKernel* a = copy_at(i);
+    if (a == nullptr || !is_low_precision(a->src.dtype()) || a->dst.dtype() != DType::f32) continue;
+    const Tensor &x = a->src, &y = a->dst;
+    const Holding *hx = holding(x), *hy = holding(y);
+    if (hx == nullptr || hy == nullptr) continue;  // x made before the step: its writers unknown
+    for (int64_t j : hy->kernels) {
+      const CopyKernel* b = j > i ? copy_at(j) : nullptr;
+      if (b == nullptr || !same_view(b->src, y) || !can_alias(b->dst, x)) continue;
+      const Holding* hz = holding(b->dst);
+      if (hz == nullptr || !hz->internal || hz->output || hz->writers != std::vector<int64_t>{j})
+        continue;
+      const int64_t last = std::max(hz->kernels.back(), hz->last_touch);
+      if (writes_between(*hx, i, last)) continue;
+      aliases.push_back(Alias{b->dst.storage(), x.storage(),
+                              x.offset() * static_cast<int64_t>(x.itemsize()), last});
+      if (verbose)
+        std::fprintf(stderr, "mixprec: graph: removed the cast back of %s%s (kernel %lld; kernel %lld cast it to f32)\n",
+                     std::string(dtype_name(x.dtype())).c_str(), shape_str(x.shape()).c_str(),
+                     static_cast<long long>(j), static_cast<long long>(i));
+      kernels[static_cast<size_t>(j)] = nullptr;
+      ++removed;
+    }
+  }
+  return removed;
 }
 
 }  // namespace mixprec::graph::fusion

@@ -32,11 +32,18 @@ struct Plan::Recorder final : detail::CaptureRecorder {
   std::unordered_map<const TensorImpl*, std::shared_ptr<TensorImpl>> impls;
   std::unordered_map<const Storage*, StorageUse> storages;
   std::unordered_map<const TensorImpl*, std::vector<int64_t>> owned;  // references kernels own
+  std::unordered_map<const Storage*, std::vector<int64_t>> written;   // reported writes
+  std::unordered_set<int64_t> reports_writes;                         // kernels that report them
   uint64_t first_id = 0;  // storages with this id or above were made during the capture
   std::string failure;
 
   void record(std::function<void()> work) override { kernels->push_back(std::move(work)); }
   void owns(const TensorImpl* t) override { owned[t].push_back(static_cast<int64_t>(kernels->size()) - 1); }
+  void writes(const Storage* s) override {
+    const auto k = static_cast<int64_t>(kernels->size());  // the kernel now running
+    reports_writes.insert(k);
+    written[s].push_back(k);
+  }
 
   void touch(const std::shared_ptr<TensorImpl>& t, bool in_kernel) override {
     impls.try_emplace(t.get(), t);
@@ -194,6 +201,13 @@ fusion::Holdings Plan::holdings(const std::vector<Tensor>& outputs) const {
     h.last_touch = u.last;
     std::sort(h.kernels.begin(), h.kernels.end());
     h.kernels.erase(std::unique(h.kernels.begin(), h.kernels.end()), h.kernels.end());
+    for (int64_t k : h.kernels)
+      if (r.reports_writes.count(k) == 0) h.writers.push_back(k);
+    if (auto w = r.written.find(key); w != r.written.end())
+      for (int64_t k : w->second)
+        if (kernels_[static_cast<size_t>(k)]) h.writers.push_back(k);
+    std::sort(h.writers.begin(), h.writers.end());
+    h.writers.erase(std::unique(h.writers.begin(), h.writers.end()), h.writers.end());
   }
   return out;
 }
@@ -202,12 +216,27 @@ void Plan::plan_memory(const std::vector<Tensor>& outputs) {
   if (!rec_) return;
   Recorder& r = *rec_;
   const char* fuse_env = std::getenv("MIXPREC_GRAPH_FUSE");
-  if (fuse_env == nullptr || std::string_view(fuse_env) != "0")
-    stats_.fused = fusion::fuse(kernels_, holdings(outputs), ops::verbose_level() > 0);
+  std::vector<fusion::Alias> aliases;
+  if (fuse_env == nullptr || std::string_view(fuse_env) != "0") {
+    const bool verbose = ops::verbose_level() > 0;
+    stats_.fused = fusion::fuse(kernels_, holdings(outputs), verbose);
+    stats_.casts_elided = fusion::elide_round_trip_casts(kernels_, holdings(outputs), aliases, verbose);
+  }
+  // A storage that aliases another (through a chain of them, oldest first) keeps that one's
+  // buffer alive until its own last use, and takes no buffer itself.
+  std::unordered_map<const Storage*, const fusion::Alias*> alias_of;
+  std::unordered_map<const Storage*, int64_t> alias_last;  // root storage -> last use through aliases
+  for (const fusion::Alias& a : aliases) {
+    alias_of[a.storage.get()] = &a;
+    const Storage* root = a.target.get();
+    while (alias_of.count(root)) root = alias_of[root]->target.get();
+    alias_last[root] = std::max(alias_last[root], a.last);
+  }
   const fusion::Holdings holds = holdings(outputs);
   const auto end = static_cast<int64_t>(kernels_.size()) - 1;
   std::vector<Buffer> buffers;
   for (auto& [key, h] : holds) {
+    if (alias_of.count(key)) continue;
     const Recorder::StorageUse& u = r.storages.at(key);
     const bool planned = (h.internal || h.output) && !h.kernels.empty();
     if (!h.kernels.empty() && !planned) stats_.held_bytes += static_cast<int64_t>(u.storage->nbytes());
@@ -217,7 +246,8 @@ void Plan::plan_memory(const std::vector<Tensor>& outputs) {
     // anything reads it (eager's memory was as uninitialised), so the bytes before its span are
     // free to share.
     const int64_t first = u.first < 0 ? h.kernels.front() : std::min(u.first, h.kernels.front());
-    const int64_t last = h.output ? end : std::max(u.last, h.kernels.back());
+    int64_t last = h.output ? end : std::max(u.last, h.kernels.back());
+    if (auto al = alias_last.find(key); al != alias_last.end()) last = std::max(last, al->second);
     buffers.push_back(Buffer{u.storage.get(), align_up(static_cast<int64_t>(u.storage->nbytes())), first, last, 0,
                              h.output});
   }
@@ -232,6 +262,8 @@ void Plan::plan_memory(const std::vector<Tensor>& outputs) {
       b.storage->rebind_to_arena(at);
     }
   }
+  for (const fusion::Alias& a : aliases)  // after their targets moved (a chain in order)
+    a.storage->rebind_to_arena(static_cast<char*>(a.target->data()) + a.byte_offset);
   stats_.planned_buffers = static_cast<int64_t>(buffers.size());
   stats_.arena_bytes = total;
   for (const Buffer& b : buffers) stats_.unplanned_bytes += b.bytes;

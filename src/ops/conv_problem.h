@@ -42,6 +42,8 @@ struct ConvFwdProblem {
   }
   static constexpr auto outputs() { return std::array{&ConvFwdProblem::y}; }
   static constexpr std::array<Tensor ConvFwdProblem::*, 0> batch_sums() { return {}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&ConvFwdProblem::y}; }
 };
 
 struct ConvBwdDataProblem {
@@ -55,6 +57,8 @@ struct ConvBwdDataProblem {
   }
   static constexpr auto outputs() { return std::array{&ConvBwdDataProblem::dx}; }
   static constexpr std::array<Tensor ConvBwdDataProblem::*, 0> batch_sums() { return {}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&ConvBwdDataProblem::dx}; }
 };
 
 struct ConvBwdWeightsProblem {
@@ -70,6 +74,10 @@ struct ConvBwdWeightsProblem {
     return std::array{&ConvBwdWeightsProblem::dw, &ConvBwdWeightsProblem::db};
   }
   static constexpr auto batch_sums() { return outputs(); }  // summed over the images
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() {
+    return std::array{&ConvBwdWeightsProblem::dw, &ConvBwdWeightsProblem::db};
+  }
 };
 
 // The batch of a conv problem and the problem of its images [n0, n1) (views: the image tensors

@@ -96,8 +96,9 @@ std::string desc_with_strides(const Tensor& t);
 // kernel that ran it. GRAPH_MODE's fusion (src/graph/fuse.cpp) finds calls by problem type through
 // std::function::target and may rewrite the problem, never the kernel.
 // While capturing, the problem's data tensors (inputs() / outputs(), where the problem lists
-// them) are reported as held by the call: a kernel that reads them only through views it makes
-// (low_via_f32_batched's chunks) would otherwise hold a tensor the plan cannot see.
+// them) are reported as held by the call (a kernel that reads them only through views it makes,
+// low_via_f32_batched's chunks, would otherwise hold a tensor the plan cannot see); a problem
+// that lists writes() reports those as everything its kernel writes.
 template <class Problem> struct RecordedCall {
   Problem p;
   void (*run)(const Problem&);
@@ -110,6 +111,10 @@ template <class Problem> struct RecordedCall {
         for (Tensor Problem::*m : Problem::inputs()) mixprec::detail::capture_holds(p.*m);
         for (Tensor Problem::*m : Problem::outputs()) mixprec::detail::capture_holds(p.*m);
       }
+    }
+    if constexpr (requires { Problem::writes(); }) {
+      if (mixprec::detail::capture_recorder() != nullptr)
+        for (Tensor Problem::*m : Problem::writes()) mixprec::detail::capture_writes(p.*m);
     }
     run(p);
   }

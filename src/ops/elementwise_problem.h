@@ -330,6 +330,8 @@ struct PointwiseProblem {
   Device device() const { return out.device(); }
   std::string describe() const;
   int arity() const { return in[2].defined() ? 3 : in[1].defined() ? 2 : 1; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&PointwiseProblem::out}; }
 };
 
 // Whether a formula of n operands computes p in double (the output or an operand is f64) rather

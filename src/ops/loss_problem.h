@@ -6,6 +6,7 @@
 // element, and `factor` the reduction's scale (1/N for mean, else 1).
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "mixprec/tensor.h"
@@ -22,6 +23,11 @@ struct CrossEntropyFwdProblem {
   Tensor loss, row_max, row_logsum;
   Device device() const { return logits.device(); }
   std::string describe() const;
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() {
+    return std::array{&CrossEntropyFwdProblem::loss, &CrossEntropyFwdProblem::row_max,
+                      &CrossEntropyFwdProblem::row_logsum};
+  }
 };
 
 // dlogits[i, j] = g_i * factor * (softmax_ij * sum_j t_ij - t_ij).
@@ -33,6 +39,8 @@ struct CrossEntropyBwdProblem {
   Tensor dlogits;
   Device device() const { return logits.device(); }
   std::string describe() const;
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&CrossEntropyBwdProblem::dlogits}; }
 };
 
 // loss[i] = -log_probs[i, label_i]; the gradient is -g_i * factor at (i, label_i), 0 elsewhere.

@@ -27,6 +27,8 @@ struct MatmulProblem {
     return std::array{&MatmulProblem::a, &MatmulProblem::b, &MatmulProblem::bias};
   }
   static constexpr auto outputs() { return std::array{&MatmulProblem::out}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&MatmulProblem::out}; }
 };
 
 // ---------------------------------------------------------------- GEMM helpers for kernels

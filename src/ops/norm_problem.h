@@ -28,6 +28,11 @@ struct BatchNormFwdProblem {
   std::string describe() const;
   static constexpr auto inputs() { return std::array{&BatchNormFwdProblem::x}; }
   static constexpr auto outputs() { return std::array{&BatchNormFwdProblem::y}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() {
+    return std::array{&BatchNormFwdProblem::y, &BatchNormFwdProblem::mean,
+                      &BatchNormFwdProblem::var};
+  }
 };
 
 // dx (x's dtype and strides), dgamma, dbeta [C] in the compute dtype. Eval (training false):
@@ -47,6 +52,11 @@ struct BatchNormBwdProblem {
     return std::array{&BatchNormBwdProblem::x, &BatchNormBwdProblem::dy};
   }
   static constexpr auto outputs() { return std::array{&BatchNormBwdProblem::dx}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() {
+    return std::array{&BatchNormBwdProblem::dx, &BatchNormBwdProblem::dgamma,
+                      &BatchNormBwdProblem::dbeta};
+  }
 };
 
 // x, y [R, M] contiguous (rows are normalised); gamma/beta [M]; mean/var [R] outputs.

@@ -5,6 +5,7 @@
 // max's index in i64, max's backward gx zero-filled in g's dtype.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ReduceSumProblem {
   double scale = 1.0;
   Device device() const { return x.device(); }
   std::string describe() const;
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&ReduceSumProblem::out}; }
 };
 
 // index[o] = the flat position (in the reduced space) of the first maximum of output o's

@@ -19,6 +19,8 @@ struct SoftmaxFwdProblem {
   std::string describe() const;
   static constexpr auto inputs() { return std::array{&SoftmaxFwdProblem::x}; }
   static constexpr auto outputs() { return std::array{&SoftmaxFwdProblem::y}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&SoftmaxFwdProblem::y}; }
 };
 
 // dx from the forward output y: softmax: y * (dy - sum(dy * y)); log: dy - exp(y) * sum(dy).
@@ -32,6 +34,8 @@ struct SoftmaxBwdProblem {
     return std::array{&SoftmaxBwdProblem::y, &SoftmaxBwdProblem::dy};
   }
   static constexpr auto outputs() { return std::array{&SoftmaxBwdProblem::dx}; }
+  // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
+  static constexpr auto writes() { return std::array{&SoftmaxBwdProblem::dx}; }
 };
 
 // ---------------------------------------------------------------- shared by every CPU kernel

@@ -280,6 +280,57 @@ TEST(GraphPlan, OutputsGoIntoTheArenaKeepTheirValuesAndAreRewrittenByEachReplay)
   EXPECT_EQ(small.item(), want_small.item());
 }
 
+// A cast of a 16-bit x to f32 that is cast straight back is removed: the second cast's result
+// aliases x (its bits), and the replay stays equal to eager on new inputs. When x is written in
+// between, the cast back stays (aliasing would give the new x).
+TEST(GraphPlan, ACastCastStraightBackIsRemovedUnlessItsSourceIsWrittenMeanwhile) {
+  NoGradGuard ng;
+  Tensor a = testing::random({64, 48}, 7, DType::f32), b = testing::random({64, 48}, 8, DType::f32);
+  for (const bool overwrite : {false, true}) {
+    SCOPED_TRACE(overwrite ? "x written between the casts" : "x untouched");
+    auto run = [&](Tensor& out) {
+      Tensor x = ops::relu(a).astype(DType::bf16);
+      Tensor y = x.astype(DType::f32);
+      if (overwrite) x.copy_(b);
+      Tensor z = y.astype(DType::bf16);  // x's bits, as long as nothing wrote x
+      out = ops::add(ops::sum(ops::mul(z, x).astype(DType::f32)), ops::sum(y));
+    };
+    Tensor out;
+    std::string why;
+    auto plan = graph::Plan::capture([&] { run(out); }, &why);
+    ASSERT_TRUE(plan) << why;
+    plan->plan_memory({out});
+    EXPECT_EQ(plan->stats().casts_elided, overwrite ? 0 : 1);
+    for (uint64_t seed : {9, 10}) {
+      a.copy_(testing::random({64, 48}, seed, DType::f32));
+      b.copy_(testing::random({64, 48}, seed + 10, DType::f32));
+      plan->replay();
+      Tensor want;
+      run(want);
+      EXPECT_EQ(std::bit_cast<uint64_t>(out.item()), std::bit_cast<uint64_t>(want.item()));
+    }
+  }
+}
+
+// At O1 the zoo's plans hold such pairs (a white-list op's 16-bit output read in f32, and its
+// gradient path casting the f32 result back): they are removed, and the runs stay bitwise equal
+// to eager; with MIXPREC_GRAPH_FUSE=0 they stay, with the same bits.
+TEST(GraphMode, O1CastsCastStraightBackAreRemovedAndTheRunStaysBitwiseEqual) {
+  const Config o1{"O1", DType::bf16, 0x1p127};
+  for (const char* model : {"lenet", "resnet-small"}) {
+    const Trace graph = expect_graph_equals_eager(model, o1, 6, {small_batch(model)});
+    EXPECT_GT(graph.info.plan.casts_elided, 0) << model;
+    ::setenv("MIXPREC_GRAPH_FUSE", "0", 1);
+    const Trace kept = train(model, o1, Mode::graph, 6, {small_batch(model)});
+    ::unsetenv("MIXPREC_GRAPH_FUSE");
+    EXPECT_EQ(kept.info.plan.casts_elided, 0);
+    EXPECT_EQ(kept.info.plan.kernels,
+              graph.info.plan.kernels + graph.info.plan.casts_elided + graph.info.plan.fused);
+    EXPECT_EQ(kept.tensors, graph.tensors) << model;
+    EXPECT_EQ(kept.losses, graph.losses) << model;
+  }
+}
+
 TEST(GraphMode, ModeNamesParseAndAnUnknownOneIsRefused) {
   EXPECT_EQ(parse_mode("graph"), Mode::graph);
   EXPECT_EQ(parse_mode("pynative"), Mode::pynative);

@@ -68,7 +68,7 @@ void add_results(json& j, const TrainArgs& a, const RunResult& r) {
   if (parse_mode(a.mode) == Mode::graph)
     j["graph_mode"] = {{"captures", g.captures}, {"replays", g.replays}, {"eager_steps", g.eager_steps},
                        {"fallback", g.fallback}, {"kernels", g.plan.kernels}, {"fused", g.plan.fused},
-                       {"arena_bytes", g.plan.arena_bytes},
+                       {"casts_elided", g.plan.casts_elided}, {"arena_bytes", g.plan.arena_bytes},
                        {"eager_peak_bytes", g.plan.eager_peak_bytes}};
   j["steps"] = h.total_steps;
   j["steps_this_run"] = h.steps_this_run;

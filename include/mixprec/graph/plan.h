@@ -23,6 +23,7 @@ using Holdings = std::unordered_map<const Storage*, Holding>;
 struct PlanStats {
   int64_t kernels = 0;           // kernel calls replayed in order (after fusion)
   int64_t fused = 0;             // recorded calls that fusion folded into others
+  int64_t casts_elided = 0;      // casts back of a cast, removed (the result aliases the source)
   int64_t planned_buffers = 0;   // intermediates placed in the arena
   int64_t arena_bytes = 0;       // the arena they share (offsets by liveness)
   int64_t unplanned_bytes = 0;   // what the same intermediates take one buffer each
