@@ -30,6 +30,12 @@ ParallelRun start_parallel(const TrainArgs& a) {
 
 void place_rank_on_gpu(const std::string& device, const ParallelRun& p) {
   if (!p.on || device.rfind("cuda", 0) != 0) return;
+  as_usage_error([&] {
+    MIXPREC_CHECK(communication::built_with_nccl(), "--device ", device, " under mpirun: data parallel on GPUs "
+                  "needs NCCL, and this build of mixprec has none",
+                  Hint{"rebuild with -DMIXPREC_CUDA=ON and MPI, with NCCL next to the CUDA toolkit "
+                       "(-DMIXPREC_NCCL=ON), or train data parallel with --device cpu"});
+  });
   const int local = communication::get_local_rank(), here = communication::get_local_rank_size();
   if (device != "cuda") {
     as_usage_error([&] {

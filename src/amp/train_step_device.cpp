@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "comm/transport.h"
 #include "mixprec/amp/amp.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/comm/collectives.h"
@@ -115,10 +116,8 @@ void TrainOneStepCell::resolve_device_step(double found_inf, double local_found_
 
 namespace {
 void check_device_options(const TrainStepOptions& o, bool parallel, Device device) {
-  MIXPREC_CHECK(!parallel || device.is_cpu() || communication::built_with_nccl(),
-                "TrainOneStepCell: data parallel on ", device.str(), " needs NCCL, and this build of mixprec has none",
-                Hint{"rebuild with -DMIXPREC_CUDA=ON and MPI, with NCCL next to the CUDA toolkit (nccl.h, "
-                     "libnccl.so; -DMIXPREC_NCCL=ON), or train data parallel on the CPU"});
+  if (parallel)  // the collectives' own check: tensors on a GPU need NCCL in the build
+    (void)comm::detail::transport_for(device, true, communication::built_with_nccl(), "TrainOneStepCell (data parallel)");
   const char* what = o.accumulation_steps > 1     ? "gradient accumulation (accumulation_steps > 1)"
                      : o.max_grad_norm > 0        ? "gradient clipping (max_grad_norm > 0)"
                      : o.check_numerics           ? "check_numerics"

@@ -48,8 +48,8 @@ namespace comm {
 detail::Transport detail::transport_for(Device device, bool initialized, bool nccl_built, const char* what) {
   if (!initialized) return Transport::none;
   if (device.is_cpu()) return Transport::mpi;
-  MIXPREC_CHECK(nccl_built, what, ": the tensor is on ", device.str(),
-                ", but this build of mixprec has no NCCL, which collectives on GPU tensors (data parallel on GPUs) need",
+  MIXPREC_CHECK(nccl_built, what, ": tensors on ", device.str(),
+                " need NCCL for their collectives (data parallel on GPUs), and this build of mixprec has none",
                 Hint{"rebuild with -DMIXPREC_CUDA=ON and MPI, with NCCL next to the CUDA toolkit (nccl.h, "
                      "libnccl.so; -DMIXPREC_NCCL=ON), or keep the tensors on the CPU"});
   return Transport::nccl;

@@ -34,7 +34,9 @@ void barrier();
 
 // A sum over all ranks, in place, started now and finished by wait(). While it is pending the
 // buffer must not be touched. f32 buffers are summed in f32; bf16 buffers by an operation that
-// widens both operands to f32, adds, and rounds once to bf16 (never bf16 arithmetic).
+// widens both operands to f32, adds, and rounds once to bf16 (never bf16 arithmetic), once per
+// combine. On a GPU NCCL's bf16 sum also rounds each combine to bf16, in its own order (ring,
+// tree: docs/cuda.md), so the two transports need not agree bit for bit.
 class PendingReduce {
  public:
   PendingReduce();
