@@ -22,6 +22,7 @@
 #include "mixprec/grad_mode.h"
 #include "mixprec/nn/distributed.h"
 #include "mixprec/ops/amp_device.h"
+#include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::amp {
@@ -141,6 +142,7 @@ Tensor agree_on_device(detail::DeviceStep& d, const Tensor& loss) {
   Tensor total = zeros({}, {.device = d.device});
   total.copy_(loss);
   comm::all_reduce_sum(total);
+  AutocastScope as_is(AutocastState{});  // the mean stays f32
   return ops::mul(total, 1.0 / communication::get_group_size());
 }
 }  // namespace

@@ -16,6 +16,7 @@
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
+#include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::nn {
@@ -55,6 +56,7 @@ bool pack_values(const void* src, DType src_dtype, void* dst, DType dst_dtype, i
 // The device's packing: dst (a slice of a bucket) = grad * mul, with one rounding into dst's dtype.
 void pack_on_device(Tensor dst, const Tensor& grad, float mul) {
   NoGradGuard ng;
+  AutocastScope as_is(AutocastState{});  // f32 arithmetic, whatever the caller's scope
   if (!grad.defined()) {
     dst.fill_(0.0);
     return;
@@ -223,6 +225,7 @@ void all_reduce_buffers(Cell& cell) {
   if (total == 0) return;
   if (!floating.front().device().is_cpu()) {  // on a GPU: one collective per buffer, on its stream
     NoGradGuard ng;
+    AutocastScope as_is(AutocastState{});
     for (Tensor& t : floating) {
       Tensor sum = Tensor::empty(t.shape(), {.dtype = DType::f32, .device = t.device()});
       sum.copy_(t);
