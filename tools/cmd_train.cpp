@@ -243,6 +243,7 @@ Setup parse(const TrainArgs& args) {
   as_usage_error([&] { validate(args); });
   use_device(args.device);
   Setup s{args, start_parallel(args)};
+  place_rank_on_gpu(args.device, s.par);
   if (s.par.rank != 0) s.a.report = s.a.trace = "";
   if (s.par.rank == 0)
     for (const OutputPath& o : output_paths(s.a)) check_writable(o.path, o.flag, o.stream_ok);

@@ -5,8 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli_error.h"
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
+#include "mixprec/context.h"
+#include "mixprec/cuda.h"
+#include "mixprec/error.h"
 
 namespace mixprec::cli {
 
@@ -22,6 +26,34 @@ ParallelRun start_parallel(const TrainArgs& a) {
                              .overlap_grad_reduce = a.grad_overlap});
   if (p.rank != 0) (void)std::freopen("/dev/null", "w", stdout);
   return p;
+}
+
+void place_rank_on_gpu(const std::string& device, const ParallelRun& p) {
+  if (!p.on || device.rfind("cuda", 0) != 0) return;
+  as_usage_error([&] {
+    MIXPREC_CHECK(communication::built_with_nccl(), "--device ", device, " under mpirun: data parallel on GPUs "
+                  "needs NCCL, and this build of mixprec has none",
+                  Hint{"rebuild with -DMIXPREC_CUDA=ON and MPI, with NCCL next to the CUDA toolkit "
+                       "(-DMIXPREC_NCCL=ON), or train data parallel with --device cpu"});
+  });
+  const int local = communication::get_local_rank(), here = communication::get_local_rank_size();
+  if (device != "cuda") {
+    as_usage_error([&] {
+      MIXPREC_CHECK(here == 1, "--device ", device, ": the ", here, " ranks on this machine would share one GPU, "
+                    "but data parallel on GPUs needs one GPU per rank",
+                    Hint{"use --device cuda: rank r of a machine then takes GPU r"});
+    });
+    return;
+  }
+  const int gpus = cuda::device_count();
+  as_usage_error([&] {
+    MIXPREC_CHECK(local < gpus, "--device cuda: ", here, " ranks on this machine but ", gpus,
+                  " GPU(s) visible; data parallel on GPUs needs one GPU per rank",
+                  Hint{"start at most " + std::to_string(gpus) + " ranks per machine (mpirun -np)"});
+  });
+  ContextOptions c = get_context();
+  c.device = Device::cuda(local);
+  set_context(c);
 }
 
 int parallel_threads(const TrainArgs& a, const ParallelRun& p) {

@@ -5,16 +5,24 @@
 // the loss come back through cuda::Readback; sync() completes the StepInfo, the counters, the
 // optimizer's step count and the manager's (host) state from them, exactly as the host step
 // would have, and a later step starts with sync(), so the learning rate is the same as well.
+// Data parallel: the gradients go through the reducer's buckets (NCCL on a GPU), the found-inf
+// flag of this rank's own gradients and loss becomes every rank's by an all-reduce max on the
+// device, and the loss the mean over the ranks, as the host step's consensus does.
 #include <cmath>
 #include <cstdio>
 #include <thread>
 
+#include "comm/transport.h"
 #include "mixprec/amp/amp.h"
 #include "mixprec/autograd/autograd.h"
+#include "mixprec/comm/collectives.h"
+#include "mixprec/comm/communication.h"
 #include "mixprec/cuda_readback.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
+#include "mixprec/nn/distributed.h"
 #include "mixprec/ops/amp_device.h"
+#include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
 
 namespace mixprec::amp {
@@ -54,10 +62,11 @@ void testing::set_device_step_on_cpu(bool on) { g_device_step_on_cpu = on; }
 struct detail::DeviceStep {
   Device device;
   Tensor found_inf, scale, tracker, one;  // f32, f32, i32, f32: shape []
+  Tensor local_inf;                       // data parallel: this rank's flag before the consensus
   LossScaleState mirrored;                // the manager's state the device tensors hold
   bool pending = false;
   StepInfo info;  // the pending step's, less what the flag and the loss tell
-  Pending flag, loss;
+  Pending flag, local_flag, loss;
 };
 
 Device TrainOneStepCell::device() const { return optimizer_.parameters().front().device(); }
@@ -78,22 +87,24 @@ TrainOneStepCell& TrainOneStepCell::to(Device device) {
 void TrainOneStepCell::sync() const {
   if (!device_ || !device_->pending) return;
   const double flag = device_->flag.wait(), loss = device_->loss.wait();
+  const double local = device_->local_inf.defined() ? device_->local_flag.wait() : flag;
   device_->pending = false;
-  resolve_device_step(flag, loss);
+  resolve_device_step(flag, local, loss);
 }
 
 // What the host step decides after its finite check, from the flag the device computed.
-void TrainOneStepCell::resolve_device_step(double found_inf, double loss) const {
+void TrainOneStepCell::resolve_device_step(double found_inf, double local_found_inf, double loss) const {
   StepInfo s = device_->info;
   s.loss = loss;
   s.loss_finite = std::isfinite(loss);
-  s.overflow = s.local_overflow = found_inf != 0.0;
+  s.overflow = found_inf != 0.0;
+  s.local_overflow = local_found_inf != 0.0;
   s.skipped = s.overflow && (manager_ ? manager_->get_drop_overflow_update() : false);
   last_ = s;
   if (s.skipped) {
     ++skipped_;
   } else {
-    if (s.overflow)
+    if (s.overflow && communication::get_rank() == 0)
       std::fprintf(stderr, "mixprec: warning: step %lld applied an update with non-finite gradients "
                    "(drop_overflow_update is false)\n", static_cast<long long>(s.step));
     optimizer_.set_global_step(optimizer_.global_step() + 1);
@@ -105,9 +116,10 @@ void TrainOneStepCell::resolve_device_step(double found_inf, double loss) const 
 }
 
 namespace {
-void check_device_options(const TrainStepOptions& o, bool parallel) {
-  const char* what = parallel                     ? "data parallel"
-                     : o.accumulation_steps > 1   ? "gradient accumulation (accumulation_steps > 1)"
+void check_device_options(const TrainStepOptions& o, bool parallel, Device device) {
+  if (parallel)  // the collectives' own check: tensors on a GPU need NCCL in the build
+    (void)comm::detail::transport_for(device, true, communication::built_with_nccl(), "TrainOneStepCell (data parallel)");
+  const char* what = o.accumulation_steps > 1     ? "gradient accumulation (accumulation_steps > 1)"
                      : o.max_grad_norm > 0        ? "gradient clipping (max_grad_norm > 0)"
                      : o.check_numerics           ? "check_numerics"
                      : o.grad_stats_every > 0     ? "gradient statistics (grad_stats_every > 0)"
@@ -119,12 +131,26 @@ void check_device_options(const TrainStepOptions& o, bool parallel) {
 bool same_state(const LossScaleState& a, const LossScaleState& b) {
   return a.scale == b.scale && a.good_steps == b.good_steps;
 }
+
+// Data parallel, after this rank's finite check set found_inf: keeps this rank's flag in
+// local_inf, makes found_inf every rank's (max; unless consensus is switched off for a test) and
+// returns the loss averaged over the ranks. All on the device (NCCL), nothing read by the host.
+Tensor agree_on_device(detail::DeviceStep& d, const Tensor& loss) {
+  if (!d.local_inf.defined()) d.local_inf = zeros({}, {.device = d.device});
+  d.local_inf.copy_(d.found_inf);
+  if (detail::ranks_agree()) comm::all_reduce_max(d.found_inf);
+  Tensor total = zeros({}, {.device = d.device});
+  total.copy_(loss);
+  comm::all_reduce_sum(total);
+  AutocastScope as_is(AutocastState{});  // the mean stays f32
+  return ops::mul(total, 1.0 / communication::get_group_size());
+}
 }  // namespace
 
 Tensor TrainOneStepCell::device_construct(const Tensor& data, const Tensor& label) {
   sync();  // the previous step's outcome: counters, step count (the learning rate), the scale
-  check_device_options(options_, reducer_ != nullptr);
   const Device dev = device();
+  check_device_options(options_, reducer_ != nullptr, dev);
   auto* dynamic = dynamic_cast<DynamicLossScaleManager*>(manager_.get());
   if (dynamic)
     MIXPREC_CHECK(dynamic->options().max_scale == DynamicLossScaleOptions{}.max_scale,
@@ -147,20 +173,33 @@ Tensor TrainOneStepCell::device_construct(const Tensor& data, const Tensor& labe
   const AmpCounters counters_before = amp_counters();
   const std::vector<Tensor>& params = optimizer_.parameters();
 
-  // Forward and backward of loss * scale (the scale read on the device).
+  // Forward and backward of loss * scale (the scale read on the device); data parallel, each
+  // gradient goes to its bucket as soon as it is final.
   Tensor loss = network_(data, label);
   detail::check_scalar_loss(loss);
   const Tensor scaled = manager_ ? ops::mul(loss, d.scale) : loss;
-  std::vector<Tensor> grads = run_backward({scaled}, {Tensor()}, {.capture = &params});
+  nn::DistributedGradReducer* reducer = reducer_.get();
+  if (reducer) reducer->begin();
+  std::vector<Tensor> grads = run_backward(
+      {scaled}, {Tensor()},
+      {.capture = &params,
+       .on_capture_ready = reducer ? std::function<void(size_t, const Tensor&)>(
+                                         [&](size_t i, const Tensor& g) { reducer->ready(i, g); })
+                                   : nullptr});
   NoGradGuard ng;
   loss = loss.detach();
 
-  // The finite check over the gradients and the loss (multiplying by 1 leaves them as they are).
+  // The finite check over this rank's gradients and loss (multiplying by 1 leaves them as they
+  // are); data parallel, then the reduced gradients and the consensus on the flag and the loss.
   std::vector<Tensor> checked{loss.reshape({1})};
   for (const Tensor& g : grads)
     if (g.defined()) checked.push_back(g.contiguous());
   d.found_inf.fill_(0.0);
   ops::amp_foreach_non_finite_check_and_unscale_(checked, d.found_inf, d.one);
+  if (reducer) {
+    grads = reducer->finish(grads);
+    loss = agree_on_device(d, loss);
+  }
 
   // The update, skipped on the device when the flag is set (drop_overflow_update), unscaling by
   // 1 / scale (f32 [], divided there) as it reads the gradients.
@@ -173,6 +212,7 @@ Tensor TrainOneStepCell::device_construct(const Tensor& data, const Tensor& labe
     ops::amp_update_scale_(d.scale, d.tracker, d.found_inf, dynamic->scale_factor(),
                            1.0 / dynamic->scale_factor(), dynamic->scale_window(),
                            dynamic->options().min_scale);
+  if (reducer && backbone_) nn::all_reduce_buffers(*backbone_);  // every rank's BatchNorm statistics
 
   ++attempted_;
   const double scale = manager_ ? manager_->get_loss_scale() : 1.0;
@@ -180,6 +220,8 @@ Tensor TrainOneStepCell::device_construct(const Tensor& data, const Tensor& labe
   fill_telemetry(counters_before);
   d.info = last_;
   d.flag.request(d.found_inf);
+  if (reducer) d.local_flag.request(d.local_inf);
+  else d.local_inf = Tensor();
   d.loss.request(loss);
   d.pending = true;
   return loss;

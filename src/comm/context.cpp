@@ -1,12 +1,14 @@
 // The parallel context (set_auto_parallel_context) and what needs no transport: recognising a
-// launcher from the environment, and the rank-consistency check built on all_gather. The MPI
-// calls themselves are in mpi.cpp (or single.cpp in a build without MPI).
+// launcher from the environment, choosing a tensor's transport (MPI or NCCL, transport.h), and
+// the rank-consistency check built on all_gather. The MPI calls themselves are in mpi.cpp (or
+// single.cpp in a build without MPI), the NCCL ones in nccl.cpp.
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "comm/transport.h"
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
 
@@ -43,6 +45,20 @@ bool communication::launched_by_launcher() {
 
 namespace comm {
 
+detail::Transport detail::transport_for(Device device, bool initialized, bool nccl_built, const char* what) {
+  if (!initialized) return Transport::none;
+  if (device.is_cpu()) return Transport::mpi;
+  MIXPREC_CHECK(nccl_built, what, ": tensors on ", device.str(),
+                " need NCCL for their collectives (data parallel on GPUs), and this build of mixprec has none",
+                Hint{"rebuild with -DMIXPREC_CUDA=ON and MPI, with NCCL next to the CUDA toolkit (nccl.h, "
+                     "libnccl.so; -DMIXPREC_NCCL=ON), or keep the tensors on the CPU"});
+  return Transport::nccl;
+}
+
+detail::Transport detail::transport_for(const Tensor& t, const char* what) {
+  return transport_for(t.device(), communication::is_initialized(), communication::built_with_nccl(), what);
+}
+
 namespace {
 // FNV-1a over 8-byte words (then the tail): fast, and any change of a bit changes the hash.
 uint64_t hash_bytes(const void* data, size_t n) {
@@ -60,7 +76,7 @@ uint64_t hash_bytes(const void* data, size_t n) {
 }  // namespace
 
 RankCheckEntry tensor_entry(std::string name, const Tensor& t) {
-  const Tensor c = t.contiguous();
+  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
   return {std::move(name), hash_bytes(c.data_ptr(), c.nbytes()), false, 0.0};
 }
 

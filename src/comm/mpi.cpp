@@ -2,7 +2,7 @@
 // MPI_COMM_WORLD, the blocking collectives, non-blocking bucket sums (MPI_Iallreduce; bf16
 // through a commutative user-defined operation that adds in f32), and the per-machine thread
 // share. Only the thread that called init() makes MPI calls (MPI_THREAD_FUNNELED); OpenMP and
-// prefetch threads never do.
+// prefetch threads never do. Collectives on CUDA tensors are handed to NCCL (transport.h).
 #include <mpi.h>
 #include <sched.h>
 
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "comm/transport.h"
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
 #include "mixprec/half.h"
@@ -79,6 +80,7 @@ void init() {
 
 void release() {
   if (!active() || !g_init_by_us) return;
+  comm::detail::nccl_release();
   MPI_Op_free(&g_bf16_sum);
   MPI_Type_free(&g_bf16);
   MPI_Finalize();
@@ -144,6 +146,7 @@ void abort_group(int status) {
 
 namespace comm {
 using communication::is_initialized;
+using detail::Transport;
 
 void all_reduce_sum(std::span<double> v) {
   if (!is_initialized() || v.empty()) return;
@@ -157,18 +160,36 @@ void all_reduce_max(std::span<double> v) {
                       MPI_COMM_WORLD), "MPI_Allreduce");
 }
 
-void all_reduce_sum(const Tensor& t) {
-  MIXPREC_CHECK(t.is_contiguous() && t.dtype() == DType::f32, "all_reduce_sum: expected a contiguous f32 tensor, got ",
+namespace {
+// In place over a contiguous f32 tensor, by MPI (host) or NCCL (CUDA).
+void all_reduce_tensor(const Tensor& t, detail::ReduceOp op, const char* what) {
+  MIXPREC_CHECK(t.is_contiguous() && t.dtype() == DType::f32, what, ": expected a contiguous f32 tensor, got ",
                 dtype_name(t.dtype()), t.is_contiguous() ? "" : " (not contiguous)");
-  if (!is_initialized() || t.numel() == 0) return;
-  check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), world_count(t.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-        "MPI_Allreduce");
+  const Transport via = detail::transport_for(t, what);
+  if (via == Transport::none || t.numel() == 0) return;
+  if (via == Transport::nccl) {
+    detail::nccl_all_reduce(t, op);
+  } else {
+    check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), world_count(t.numel()), MPI_FLOAT,
+                        op == detail::ReduceOp::sum ? MPI_SUM : MPI_MAX, MPI_COMM_WORLD),
+          "MPI_Allreduce");
+  }
   t.storage()->bump_version();
 }
+}  // namespace
+
+void all_reduce_sum(const Tensor& t) { all_reduce_tensor(t, detail::ReduceOp::sum, "all_reduce_sum"); }
+void all_reduce_max(const Tensor& t) { all_reduce_tensor(t, detail::ReduceOp::max, "all_reduce_max"); }
 
 void broadcast(const Tensor& t, int root) {
   MIXPREC_CHECK(t.is_contiguous(), "broadcast: expected a contiguous tensor");
-  if (!is_initialized() || t.numel() == 0) return;
+  const Transport via = detail::transport_for(t, "broadcast");
+  if (via == Transport::none || t.numel() == 0) return;
+  if (via == Transport::nccl) {
+    detail::nccl_broadcast(t, root);
+    t.storage()->bump_version();
+    return;
+  }
   check(MPI_Bcast(t.data_ptr(), world_count(static_cast<int64_t>(t.nbytes())), MPI_BYTE, root, MPI_COMM_WORLD),
         "MPI_Bcast");
   t.storage()->bump_version();
@@ -232,7 +253,13 @@ void PendingReduce::wait() {
 PendingReduce start_all_reduce_sum(const Tensor& buffer) {
   MIXPREC_CHECK(buffer.is_contiguous(), "start_all_reduce_sum: expected a contiguous buffer");
   PendingReduce p;
-  if (!is_initialized() || buffer.numel() == 0) return p;
+  const Transport via = detail::transport_for(buffer, "start_all_reduce_sum");
+  if (via == Transport::none || buffer.numel() == 0) return p;
+  if (via == Transport::nccl) {  // queued on the device's stream: done for every later kernel there
+    detail::nccl_all_reduce(buffer, detail::ReduceOp::sum);
+    buffer.storage()->bump_version();
+    return p;
+  }
   const MPI_Datatype type = datatype_of(buffer.dtype());
   const MPI_Op op = buffer.dtype() == DType::bf16 ? g_bf16_sum : MPI_SUM;
   p.impl_ = std::make_unique<PendingReduce::Impl>();

@@ -1,7 +1,10 @@
 // DistributedGradReducer (see nn/distributed.h) and the cell-wide broadcast and buffer average.
 // Packing is one pass per gradient: widen a chunk to f32 (when it is not f32), multiply by the
 // mean's 1/degree, OR a non-finite flag on the exponent bits, and write the chunk in the bucket's
-// dtype. Chunks are independent, so the result does not depend on the thread count.
+// dtype. Chunks are independent, so the result does not depend on the thread count. On a GPU the
+// buckets live on the parameters' device and packing is ops queued there (widen, scale, one
+// rounding into the bucket's dtype); its finite check is the caller's, on the device (the
+// device train step), as a host flag would wait for the GPU.
 #include "mixprec/nn/distributed.h"
 
 #include <algorithm>
@@ -13,6 +16,8 @@
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
+#include "mixprec/ops/autocast.h"
+#include "mixprec/ops/ops.h"
 
 namespace mixprec::nn {
 namespace {
@@ -46,6 +51,19 @@ bool pack_values(const void* src, DType src_dtype, void* dst, DType dst_dtype, i
     bad |= local;
   }
   return bad == 0;
+}
+
+// The device's packing: dst (a slice of a bucket) = grad * mul, with one rounding into dst's dtype.
+void pack_on_device(Tensor dst, const Tensor& grad, float mul) {
+  NoGradGuard ng;
+  AutocastScope as_is(AutocastState{});  // f32 arithmetic, whatever the caller's scope
+  if (!grad.defined()) {
+    dst.fill_(0.0);
+    return;
+  }
+  Tensor v = grad.contiguous().reshape({grad.numel()}).astype(DType::f32);
+  if (mul != 1.0f) v = ops::mul(v, static_cast<double>(mul));
+  dst.copy_(v);
 }
 
 }  // namespace
@@ -82,13 +100,23 @@ DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters, s
   for (const Tensor& p : params_) comm::broadcast(p.detach());
 }
 
+bool DistributedGradReducer::local_finite() const {
+  MIXPREC_CHECK(!on_device_, "DistributedGradReducer::local_finite: not tracked for gradients on ",
+                params_.front().device().str(), " (a host flag would wait for the GPU)",
+                Hint{"check the gradients on the device (ops::amp_foreach_non_finite_check_and_unscale_), "
+                     "then comm::all_reduce_max the flag"});
+  return !local_bad_;
+}
+
 void DistributedGradReducer::begin() {
   for (comm::PendingReduce& p : pending_) p.wait();  // a reduction abandoned by an exception
   in_progress_ = true;
   local_bad_ = false;
   next_start_ = 0;
   buffers_.clear();
-  for (const Bucket& b : buckets_) buffers_.push_back(Tensor::empty({b.numel}, {.dtype = dtype_}));
+  const Device device = params_.front().device();  // where the parameters are now
+  on_device_ = !device.is_cpu();
+  for (const Bucket& b : buckets_) buffers_.push_back(Tensor::empty({b.numel}, {.dtype = dtype_, .device = device}));
   for (Bucket& b : buckets_) b.ready = 0;
   pending_.clear();
   pending_.resize(buckets_.size());
@@ -100,14 +128,17 @@ void DistributedGradReducer::pack(size_t i, const Tensor& grad) {
                 " parameters)");
   MIXPREC_CHECK(!packed_[i], "DistributedGradReducer: gradient ", i, " was reported twice in one reduction");
   const auto [b, offset] = slot_[i];
-  char* dst = static_cast<char*>(buffers_[b].data_ptr()) + offset * static_cast<int64_t>(dtype_size(dtype_));
   const float mul = mean_ ? static_cast<float>(1.0 / degree_) : 1.0f;
-  if (!grad.defined()) {
+  MIXPREC_CHECK(!grad.defined() || (grad.numel() == params_[i].numel() && is_floating(grad.dtype())),
+                "DistributedGradReducer: gradient ", i, " has shape ", shape_str(grad.shape()), " ",
+                dtype_name(grad.dtype()), ", expected a floating ", shape_str(params_[i].shape()));
+  char* dst = on_device_ ? nullptr
+                        : static_cast<char*>(buffers_[b].data_ptr()) + offset * static_cast<int64_t>(dtype_size(dtype_));
+  if (on_device_) {
+    pack_on_device(buffers_[b].slice(0, offset, offset + params_[i].numel()), grad, mul);
+  } else if (!grad.defined()) {
     std::memset(dst, 0, static_cast<size_t>(params_[i].numel()) * dtype_size(dtype_));
   } else {
-    MIXPREC_CHECK(grad.numel() == params_[i].numel() && is_floating(grad.dtype()), "DistributedGradReducer: gradient ",
-                  i, " has shape ", shape_str(grad.shape()), " ", dtype_name(grad.dtype()), ", expected a floating ",
-                  shape_str(params_[i].shape()));
     const Tensor g = grad.contiguous();
     local_bad_ |= !pack_values(g.data_ptr(), g.dtype(), dst, dtype_, g.numel(), mul);
   }
@@ -192,6 +223,17 @@ void all_reduce_buffers(Cell& cell) {
       total += t.numel();
     }
   if (total == 0) return;
+  if (!floating.front().device().is_cpu()) {  // on a GPU: one collective per buffer, on its stream
+    NoGradGuard ng;
+    AutocastScope as_is(AutocastState{});
+    for (Tensor& t : floating) {
+      Tensor sum = Tensor::empty(t.shape(), {.dtype = DType::f32, .device = t.device()});
+      sum.copy_(t);
+      comm::all_reduce_sum(sum);
+      t.copy_(ops::mul(sum, static_cast<double>(static_cast<float>(1.0 / n))));
+    }
+    return;
+  }
   Tensor packed = Tensor::empty({total}, {.dtype = DType::f32});
   float* p = packed.data<float>();
   int64_t at = 0;

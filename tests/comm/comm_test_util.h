@@ -58,6 +58,8 @@ struct RunSpec {
   // One process that runs what `ranks_like` ranks would: each global batch as micro-batches of
   // global_batch / ranks_like, shard after shard, accumulated into one update.
   int ranks_like = 0;
+  // Where the step runs (the cell is moved there, each batch uploaded after `edit`).
+  Device device = Device::cpu();
 };
 
 struct RunResult {
@@ -104,6 +106,7 @@ inline RunResult run_training(const RunSpec& spec) {
   }
   if (parallel) ds = ds.shard(n, rank());
   ds = ds.batch(spec.global_batch / n, true);
+  if (!spec.device.is_cpu()) r.cell->to(spec.device);
   int64_t step = 0;
   for (int64_t e = 0; step < spec.steps; ++e)
     for (const dataset::Batch& batch : ds.epoch(e)) {
@@ -111,10 +114,10 @@ inline RunResult run_training(const RunSpec& spec) {
       dataset::Batch copy = batch;
       copy.image = batch.image.clone();
       if (spec.edit) spec.edit(step, copy);
-      (void)(*r.cell)(copy.image, copy.label);
+      (void)(*r.cell)(copy.image.to(spec.device), copy.label.to(spec.device));
       r.steps.push_back(r.cell->last_step());
     }
-  for (const Tensor& p : r.opt->parameters()) r.weights.push_back(p.detach().clone());
+  for (const Tensor& p : r.opt->parameters()) r.weights.push_back(p.detach().to(Device::cpu()).clone());
   return r;
 }
 

@@ -5,7 +5,8 @@
 // ranks take different decisions and check_ranks names what differs, which proves the test can
 // fail. Also: a fixed scale that drops overflowing updates, accumulation (the overflow is in the
 // reduced sum), the functional route (DynamicLossScaler + all_finite + DistributedGradReducer),
-// and the overflow event every rank agrees on.
+// and the overflow event every rank agrees on; and the device train step (run on CPU tensors, its
+// collectives then through MPI where a GPU's go through NCCL) taking the same decisions.
 #include "comm_test_util.h"
 
 namespace mixprec {
@@ -144,6 +145,38 @@ TEST(OverflowConsensus, FunctionalScalersAgreeThroughAllFinite) {
   std::vector<comm::RankCheckEntry> entries;
   for (const Tensor& p : opt.parameters()) entries.push_back(comm::tensor_entry("w", p));
   EXPECT_NO_THROW(comm::check_same_on_all_ranks(entries, "the end"));
+}
+
+// The device step (src/amp/train_step_device.cpp) data parallel, on CPU tensors: rank 1's
+// overflow at step 7 reaches every rank through the found-inf flag's all-reduce max, so every rank
+// skips it and halves the scale; the weights equal the host step's bit for bit, and the loss (the
+// mean over the ranks, taken in f32 on the device) is the host's within f32 rounding.
+TEST(OverflowConsensus, TheDeviceStepAgreesOnTheFlagAsTheHostStepDoes) {
+  ASSERT_GE(testing::ranks(), 2) << "run under mpirun -np 2 or more";
+  DataParallelScope dp;
+  const testing::RunResult host = testing::run_training(overflow_on_rank1());
+  amp::testing::set_device_step_on_cpu(true);
+  testing::RunResult dev;
+  try {
+    dev = testing::run_training(overflow_on_rank1());
+  } catch (...) {
+    amp::testing::set_device_step_on_cpu(false);
+    throw;
+  }
+  ASSERT_EQ(dev.steps.size(), host.steps.size());
+  for (size_t i = 0; i < host.steps.size(); ++i) {
+    const amp::StepInfo &d = dev.steps[i], &h = host.steps[i];
+    EXPECT_EQ(d.skipped, h.skipped) << "step " << i + 1;
+    EXPECT_EQ(d.overflow, h.overflow) << "step " << i + 1;
+    EXPECT_EQ(d.local_overflow, h.local_overflow) << "step " << i + 1 << " on rank " << testing::rank();
+    EXPECT_EQ(d.loss_scale, h.loss_scale) << "step " << i + 1;
+    EXPECT_NEAR(d.loss, h.loss, 1e-6 * std::fabs(h.loss)) << "step " << i + 1;
+  }
+  EXPECT_TRUE(dev.steps[kBadStep - 1].skipped);
+  EXPECT_EQ(dev.cell->loss_scale_manager()->get_loss_scale(), 512.0);
+  EXPECT_EQ(testing::max_relative_difference(dev.weights, host.weights), 0.0);
+  EXPECT_NO_THROW(dev.cell->check_ranks("the end")) << "the ranks must be bitwise identical";
+  amp::testing::set_device_step_on_cpu(false);
 }
 
 }  // namespace

@@ -202,7 +202,7 @@ class TrainOneStepCell : public nn::Cell {
   // train_step_device.cpp
   bool device_step_applies() const;
   Tensor device_construct(const Tensor& data, const Tensor& label);
-  void resolve_device_step(double found_inf, double loss) const;
+  void resolve_device_step(double found_inf, double local_found_inf, double loss) const;
   nn::Cell& network_;
   nn::Cell* backbone_ = nullptr;
   std::vector<std::string> param_names_;

@@ -3,6 +3,9 @@
 // tensors, a non-blocking in-place sum of a gradient bucket (f32, or bf16 through a user-defined
 // MPI operation that adds in f32), and the rank-consistency check behind --check-ranks. Every
 // function is collective: all ranks of the group call it, in the same order.
+// Tensors on a CUDA device go through NCCL instead (one GPU per rank; a build without NCCL
+// throws): queued on the device's compute stream, so the host never waits, and complete for
+// every later kernel on that stream (a PendingReduce of them is never pending).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,8 @@ void all_reduce_sum(std::span<double> values);
 void all_reduce_max(std::span<double> values);
 // In place over a contiguous f32 tensor.
 void all_reduce_sum(const Tensor& t);
+// In place over a contiguous f32 tensor: the elementwise maximum (a found-inf flag's consensus).
+void all_reduce_max(const Tensor& t);
 // Rank `root`'s bytes into every rank's contiguous tensor / string.
 void broadcast(const Tensor& t, int root = 0);
 void broadcast(std::string& s, int root = 0);
@@ -29,7 +34,9 @@ void barrier();
 
 // A sum over all ranks, in place, started now and finished by wait(). While it is pending the
 // buffer must not be touched. f32 buffers are summed in f32; bf16 buffers by an operation that
-// widens both operands to f32, adds, and rounds once to bf16 (never bf16 arithmetic).
+// widens both operands to f32, adds, and rounds once to bf16 (never bf16 arithmetic), once per
+// combine. On a GPU NCCL's bf16 sum also rounds each combine to bf16, in its own order (ring,
+// tree: docs/cuda.md), so the two transports need not agree bit for bit.
 class PendingReduce {
  public:
   PendingReduce();

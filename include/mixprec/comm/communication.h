@@ -47,6 +47,9 @@ int get_local_rank_size(); // processes of the group on this machine
 bool launched_by_launcher();
 // Whether this build has MPI.
 bool built_with_mpi();
+// Whether this build has NCCL, which carries the collectives of CUDA tensors (without it they
+// throw mixprec::Error saying so).
+bool built_with_nccl();
 // OpenMP threads for this rank when the user chose none: the CPUs this process may run on,
 // shared evenly with the other ranks of this machine that may run on the same CPUs (at least 1).
 // Collective over the machine's ranks. 0 when not initialized.

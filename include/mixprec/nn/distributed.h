@@ -4,7 +4,9 @@
 // parameter order (the order backward produces gradients) and always started in bucket order,
 // the same on every rank. Packing a gradient into its bucket also scales it (by 1/degree for a
 // mean) and checks it for inf/NaN, so the local finite flag costs no extra pass. The reduced
-// gradients are views of the bucket buffers, in the all-reduce dtype (f32, or bf16).
+// gradients are views of the bucket buffers, in the all-reduce dtype (f32, or bf16). The buckets
+// live where the parameters are when a reduction begins: on a GPU they are summed by NCCL on the
+// device's stream, and packing does not check for inf/NaN there (local_finite() throws).
 // Every call is collective: all ranks make the same calls in the same order.
 #pragma once
 
@@ -53,7 +55,8 @@ class DistributedGradReducer {
   std::vector<Tensor> finish(const std::vector<Tensor>& grads);
 
   // Whether every gradient of the last reduction was finite on this rank (before reducing).
-  bool local_finite() const { return !local_bad_; }
+  // Host buckets only: on a GPU the caller checks the gradients there.
+  bool local_finite() const;
   const GradReducerStats& stats() const { return stats_; }
   void add_sync_seconds(double s) { stats_.sync_seconds += s; }
   DType dtype() const { return dtype_; }
@@ -80,6 +83,7 @@ class DistributedGradReducer {
   // Per reduction.
   bool in_progress_ = false;
   bool local_bad_ = false;
+  bool on_device_ = false;
   std::vector<Tensor> buffers_;
   std::vector<comm::PendingReduce> pending_;
   std::vector<char> packed_;
