@@ -98,6 +98,26 @@ TEST(CudaPointwise, NanAndInfPropagateAsOnTheCpu) {
   }
 }
 
+TEST(CudaPointwise, DropoutOnTheGpuDropsTheSameElementsAsOnTheCpu) {
+  // The mask is drawn on the host from the generator and uploaded: the same elements dropped as
+  // on the CPU (a wrong mask is off by all of x / 0.7), forward and backward.
+  for (DType d : {DType::f32, DType::bf16}) {
+    auto run = [&](Device dev) {
+      Generator gen(5);
+      const Tensor x = random({37, 11}, 55, DType::f32).astype(d).to(dev).set_requires_grad(true);
+      const Tensor y = ops::dropout(x, 0.3, true, gen);
+      const std::vector<Tensor> g = grad(ops::sum(ops::mul(y, full({37, 11}, 2.0, {.dtype = d,
+                                                                                   .device = dev}))),
+                                         {x});
+      return std::pair{y.detach().to(Device::cpu()), g[0].to(Device::cpu())};
+    };
+    const auto [yc, gc] = run(Device::cpu());
+    const auto [yg, gg] = run(kGpu);
+    EXPECT_TRUE(all_close(yg, yc, tolerance_for(d))) << dtype_name(d);  // a dropped element: 0
+    EXPECT_TRUE(all_close(gg, gc, tolerance_for(d))) << dtype_name(d);
+  }
+}
+
 // out = relu?(a @ b + bias) for a layout: a row-major or a transposed view, b the same.
 void check_matmul(DType d, DType od, Tensor a, Tensor b, Tensor bias, bool relu, bool a_t,
                   bool b_t) {
