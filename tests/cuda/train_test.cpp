@@ -80,8 +80,9 @@ TEST(CudaTrain, VitTinyStepsMatchTheCpuAtO0AndO2Bf16) {
 
 TEST(CudaTrain, GptTinyStepsMatchTheCpuAtO0AndO2F16) {
   expect_gpu_steps_like_cpu({.model = "gpt-tiny", .level = "O0", .steps = 3, .batch = 4}, 1e-3);
+  // A scale of 1024 keeps every step finite on both devices (the same decisions are expected).
   expect_gpu_steps_like_cpu({.model = "gpt-tiny", .level = "O2", .low = DType::f16,
-                             .manager = [] { return dynamic(65536.0, 2000); }, .steps = 3,
+                             .manager = [] { return dynamic(1024.0, 2000); }, .steps = 3,
                              .batch = 4},
                             2e-2);
 }
