@@ -184,8 +184,15 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
       declined +=
           std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " + reason;
   }
+  // Without MIXPREC_VERBOSE the reasons were not kept (the hot path builds no strings): ask again.
+  if (declined.empty())
+    for (const Impl<Problem>& impl : impls)
+      if (impl.device == p.device().type)
+        declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " +
+                    (forced.empty() || impl.name == forced ? impl.declines(p)
+                                                           : "not the forced implementation");
   MIXPREC_CHECK(false, op_name(op), " ", phase, ": no implementation accepts ", p.describe(), " (",
-                declined.empty() ? std::string("none registered") : declined, ")");
+                declined.empty() ? "none registered for " + p.device().str() : declined, ")");
 }
 
 }  // namespace mixprec::ops

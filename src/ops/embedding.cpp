@@ -107,7 +107,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   MIXPREC_CHECK(p >= 0.0 && p < 1.0, "dropout: expected a drop probability p in [0, 1), got ", p,
                 Hint{"p is the fraction of elements dropped; p = 1 would drop everything"});
   if (!training || p == 0.0) return x;
-  const Tensor mask = dropout_mask(x.shape(), p, gen);
+  // The mask is drawn on the host (the same bits on every device) and, for a GPU input, uploaded:
+  // a queued copy, the host waits for nothing.
+  const Tensor mask = dropout_mask(x.shape(), p, gen).to(x.device());
   const double scale = 1.0 / (1.0 - p);
   Tensor out =
       pointwise(OpId::dropout, "forward", PointwiseFn::dropout, {x, mask}, x.dtype(), scale);

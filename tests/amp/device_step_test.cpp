@@ -42,6 +42,15 @@ TEST(DeviceStep, O0ConvnetBnEqualsTheHostStepBitForBit) {
   expect_same_bits({.model = "convnet-bn", .level = "O0", .steps = 3});
 }
 
+TEST(DeviceStep, TransformersEqualTheHostStepBitForBit) {
+  // What --device cuda runs for vit-tiny and gpt-tiny (embedding tables, position tables, the
+  // class token, LayerNorm in f32 at O2), on CPU tensors.
+  expect_same_bits({.model = "vit-tiny", .level = "O0", .steps = 2, .batch = 4});
+  expect_same_bits({.model = "gpt-tiny", .level = "O2", .low = DType::f16,
+                    .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(65536.0, 2.0, 2)); },
+                    .steps = 3, .batch = 2});
+}
+
 TEST(DeviceStep, O2F16DynamicScalingSkipsTheSameOverflowsAsTheHostStep) {
   // 2^24 overflows f16 gradients: the first steps are skipped while the scale halves; a window of
   // 2 then grows it again.

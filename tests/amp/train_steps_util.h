@@ -1,4 +1,5 @@
-// A few train steps of a zoo model on fixed random batches, on a given device, and what they
+// A few train steps of a zoo model (the transformers too) on fixed random batches, on a given
+// device, and what they
 // left: each step's StepInfo, the weights, the buffers (BatchNorm statistics), the counters and
 // the loss-scale state. The device-step tests compare two such runs (tests/amp on the CPU,
 // tests/cuda on a GPU against the CPU).
@@ -8,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mixprec/amp/amp.h"
@@ -36,6 +38,28 @@ struct StepsRun {
   amp::LossScaleState scale{};
 };
 
+// Step k's batch: images in [-1.5, 1.5] with labels (i * 7 + k * 3) % 10, or for a language
+// model (gpt-tiny) windows of 32 byte tokens from an LCG's stream with their next bytes as labels.
+inline std::pair<Tensor, Tensor> steps_batch(const StepsSpec& s, int k) {
+  if (nn::is_language_model(s.model)) {
+    const int64_t L = 32;
+    std::vector<uint8_t> tokens;
+    std::vector<int64_t> next;
+    uint32_t r = 7u + static_cast<uint32_t>(k);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      std::vector<uint8_t> w(L + 1);
+      for (uint8_t& t : w) t = static_cast<uint8_t>((r = r * 1664525u + 1013904223u) >> 24);
+      tokens.insert(tokens.end(), w.begin(), w.end() - 1);
+      next.insert(next.end(), w.begin() + 1, w.end());
+    }
+    return {Tensor::from_vector(tokens, {s.batch, L}), Tensor::from_vector(next, {s.batch, L})};
+  }
+  const Tensor x = random({s.batch, 1, 28, 28}, 100 + static_cast<uint64_t>(k), DType::f32, -1.5, 1.5);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < s.batch; ++i) labels.push_back((i * 7 + k * 3) % 10);
+  return {x, Tensor::from_vector(labels, {s.batch})};
+}
+
 inline StepsRun run_steps(const StepsSpec& s, Device device) {
   manual_seed(7);
   std::shared_ptr<nn::Cell> net = nn::make_model(s.model);
@@ -50,10 +74,7 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
   step->to(device);
   StepsRun r;
   for (int k = 0; k < s.steps; ++k) {
-    const Tensor x = random({s.batch, 1, 28, 28}, 100 + k, DType::f32, -1.5, 1.5);
-    std::vector<int64_t> labels;
-    for (int64_t i = 0; i < s.batch; ++i) labels.push_back((i * 7 + k * 3) % 10);
-    const Tensor y = Tensor::from_vector(labels, {s.batch});
+    const auto [x, y] = steps_batch(s, k);
     (void)(*step)(x.to(device), y.to(device));
     r.steps.push_back(step->last_step());
   }

@@ -1,6 +1,7 @@
 // Every CUDA kernel against the reference kernel on the same inputs (uploaded), with the
 // tolerance table of test_util.h (GEMMs: the GEMM error model of ops/gemm_test_util.h), in every
 // dtype the kernel takes, with broadcast and non-contiguous operands where the problem allows.
+// Attention has its own file (attention_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,6 +95,26 @@ TEST(CudaPointwise, NanAndInfPropagateAsOnTheCpu) {
         }
       }
     }
+  }
+}
+
+TEST(CudaPointwise, DropoutOnTheGpuDropsTheSameElementsAsOnTheCpu) {
+  // The mask is drawn on the host from the generator and uploaded: the same elements dropped as
+  // on the CPU (a wrong mask is off by all of x / 0.7), forward and backward.
+  for (DType d : {DType::f32, DType::bf16}) {
+    auto run = [&](Device dev) {
+      Generator gen(5);
+      const Tensor x = random({37, 11}, 55, DType::f32).astype(d).to(dev).set_requires_grad(true);
+      const Tensor y = ops::dropout(x, 0.3, true, gen);
+      const std::vector<Tensor> g = grad(ops::sum(ops::mul(y, full({37, 11}, 2.0, {.dtype = d,
+                                                                                   .device = dev}))),
+                                         {x});
+      return std::pair{y.detach().to(Device::cpu()), g[0].to(Device::cpu())};
+    };
+    const auto [yc, gc] = run(Device::cpu());
+    const auto [yg, gg] = run(kGpu);
+    EXPECT_TRUE(all_close(yg, yc, tolerance_for(d))) << dtype_name(d);  // a dropped element: 0
+    EXPECT_TRUE(all_close(gg, gc, tolerance_for(d))) << dtype_name(d);
   }
 }
 
@@ -316,6 +337,101 @@ TEST(CudaReduce, SumOverAnyAxesMatchesTheReference) {
   run_ref(cpu);
   run_cuda(dev);
   EXPECT_NEAR(dev.out.to(Device::cpu()).item(), cpu.out.item(), 1e-3);
+}
+
+TEST(CudaLoss, NllAndMseForwardAndBackwardMatchTheReferenceBitForBit) {
+  for (DType c : {DType::f32, DType::f64}) {
+    const int64_t n = 37, k = 10;
+    const Tensor lp = random({n, k}, 70, c, -5, 0);
+    std::vector<int64_t> lab;
+    for (int64_t i = 0; i < n; ++i) lab.push_back((i * 7) % k);
+    const Tensor labels = Tensor::from_vector(lab, {n});
+    ops::NllFwdProblem nc{lp, labels, zeros({n}, {.dtype = c})};
+    ops::NllFwdProblem ng{gpu(lp), gpu(labels), zeros({n}, {.dtype = c, .device = kGpu})};
+    run_ref(nc);
+    run_cuda(ng);
+    EXPECT_TRUE(gpu_close(ng.loss, nc.loss, c, 0.0)) << dtype_name(c);
+    const Tensor p = random({5, 13}, 72, c), t = random({5, 13}, 73, c);
+    ops::MseFwdProblem mc{p, t, zeros({5, 13}, {.dtype = c})};
+    ops::MseFwdProblem mg{gpu(p), gpu(t), zeros({5, 13}, {.dtype = c, .device = kGpu})};
+    run_ref(mc);
+    run_cuda(mg);
+    EXPECT_TRUE(gpu_close(mg.loss, mc.loss, c, 0.0)) << dtype_name(c);
+    for (int64_t gn : {int64_t{1}, n}) {
+      const Tensor g = random({gn}, 71, c);
+      ops::NllBwdProblem bc{labels, g, 1.0 / n, zeros({n, k}, {.dtype = c})};
+      ops::NllBwdProblem bg{gpu(labels), gpu(g), 1.0 / n, full({n, k}, 5.0, {.dtype = c, .device = kGpu})};
+      run_ref(bc);
+      run_cuda(bg);  // every element written: the 5s are overwritten
+      EXPECT_TRUE(gpu_close(bg.dlog_probs, bc.dlog_probs, c, 0.0)) << dtype_name(c) << " g " << gn;
+    }
+    for (int64_t gn : {int64_t{1}, int64_t{65}}) {
+      const Tensor g = random({gn}, 74, c).reshape(gn == 1 ? Shape{1} : Shape{5, 13});
+      ops::MseBwdProblem bc{p, t, g, 1.0 / 65, zeros({5, 13}, {.dtype = c})};
+      ops::MseBwdProblem bg{gpu(p), gpu(t), gpu(g), 1.0 / 65, zeros({5, 13}, {.dtype = c, .device = kGpu})};
+      run_ref(bc);
+      run_cuda(bg);
+      EXPECT_TRUE(gpu_close(bg.dpred, bc.dpred, c, 0.0)) << dtype_name(c) << " g " << gn;
+    }
+  }
+}
+
+TEST(CudaLoss, AnNllLabelOutOfRangeGivesANanLossAndNoGradientInsteadOfAReadOutsideTheRow) {
+  const Tensor lp = random({3, 4}, 75, DType::f32, -3, 0);
+  const Tensor labels = Tensor::from_vector<int64_t>({2, 4, -1}, {3});
+  ops::NllFwdProblem f{gpu(lp), gpu(labels), zeros({3}, {.device = kGpu})};
+  run_cuda(f);
+  const auto loss = f.loss.to(Device::cpu()).to_vector<float>();
+  EXPECT_EQ(loss[0], -lp.at({0, 2}));
+  EXPECT_TRUE(std::isnan(loss[1]) && std::isnan(loss[2]));
+  ops::NllBwdProblem b{gpu(labels), full({1}, 1.0, {.device = kGpu}), 1.0,
+                       full({3, 4}, 5.0, {.device = kGpu})};
+  run_cuda(b);
+  const auto d = b.dlog_probs.to(Device::cpu()).to_vector<float>();
+  for (size_t e = 0; e < d.size(); ++e) EXPECT_EQ(d[e], e == 2 ? -1.0f : 0.0f) << e;
+}
+
+// Values in steps of 0.25 (ties), NaN at two positions.
+Tensor with_ties_and_nans(const Shape& shape, uint64_t seed) {
+  std::vector<double> v = random(shape, seed, DType::f64, -2, 2).to_vector<double>();
+  for (double& x : v) x = std::floor(x * 4) / 4;
+  v[17] = v[205] = std::nan("");
+  return Tensor::from_vector(v, shape);
+}
+
+TEST(CudaReduce, MaxFindsTheReferencesIndexFirstMaximumAndNanWinningAndScattersItsGradient) {
+  for (DType d : kFloats) {
+    const Tensor x = with_ties_and_nans({6, 50, 9}, 62).astype(d).permute({0, 2, 1});  // [6, 9, 50]
+    for (const auto& axes : std::vector<std::vector<int64_t>>{{2}, {0, 2}, {1}, {0, 1, 2}}) {
+      const ops::ReducePlan plan = plan_for(x, axes);
+      const Tensor xg = gpu(x.permute({0, 2, 1})).permute({0, 2, 1});  // the same strides
+      const ops::ReducePlan plan_g = plan_for(xg, axes);
+      ops::ReduceMaxProblem cpu{x, zeros(plan.out_shape, {.dtype = d}),
+                                zeros(plan.out_shape, {.dtype = DType::i64}), plan};
+      ops::ReduceMaxProblem dev{xg, zeros(plan.out_shape, {.dtype = d, .device = kGpu}),
+                                zeros(plan.out_shape, {.dtype = DType::i64, .device = kGpu}), plan_g};
+      run_ref(cpu);
+      run_cuda(dev);
+      EXPECT_EQ(dev.index.to(Device::cpu()).to_vector<int64_t>(), cpu.index.to_vector<int64_t>())
+          << dtype_name(d) << " axes " << axes.size();
+      EXPECT_TRUE(gpu_close(dev.values, cpu.values, d, 0.0)) << dtype_name(d);
+      const Tensor g = random(plan.out_shape, 63).astype(d);
+      ops::ReduceMaxBwdProblem bc{g, cpu.index, plan, zeros(x.shape(), {.dtype = d})};
+      ops::ReduceMaxBwdProblem bg{gpu(g), dev.index, plan_g,
+                                  zeros(x.shape(), {.dtype = d, .device = kGpu})};
+      run_ref(bc);
+      run_cuda(bg);
+      EXPECT_TRUE(gpu_close(bg.gx, bc.gx, d, 0.0)) << dtype_name(d) << " axes " << axes.size();
+    }
+  }
+  // One block scans 300000 elements: the maximum's first occurrence is late, a tie after it.
+  std::vector<float> big(300000, 0.5f);
+  big[123457] = big[299999] = 2.0f;
+  const Tensor b = Tensor::from_vector(big, {300000});
+  const ops::ReducePlan plan = plan_for(b, {0});
+  ops::ReduceMaxProblem dev{gpu(b), Tensor(), zeros({}, {.dtype = DType::i64, .device = kGpu}), plan};
+  run_cuda(dev);  // argmax: no values tensor
+  EXPECT_EQ(dev.index.to(Device::cpu()).to_vector<int64_t>(), std::vector<int64_t>{123457});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Training on the GPU against the same steps on the CPU: a few SimpleNet and convnet-bn steps at
 // O0 and O2-f16 with dynamic loss scaling (the device step: flags, scale and skip on the GPU),
-// an AdamW step,
+// vit-tiny and gpt-tiny steps at O0 and O2, an AdamW step,
 // including steps that overflow and are skipped; moving a network there and back; the BatchNorm
 // running statistics updated on the device; the optimizer's state made on the parameters'
 // device; train::Model training and evaluating on the context's GPU, and a checkpoint saved from
@@ -66,6 +66,24 @@ TEST(CudaTrain, SimpleNetO2F16DynamicScalingSkipsTheSameOverflows) {
 TEST(CudaTrain, ConvnetBnO2F16DynamicScalingMatchesTheCpu) {
   expect_gpu_steps_like_cpu({.model = "convnet-bn", .level = "O2", .low = DType::f16,
                              .manager = [] { return dynamic(65536.0, 2000); }, .steps = 3},
+                            2e-2);
+}
+
+// The transformers on the GPU (CUDA attention, LayerNorm, GELU, embedding, the patch conv):
+// O0 steps within f32 rounding of the CPU's; O2-bf16 within bf16's (the CPU's fused attention
+// also rounds p and dS to bf16, the GPU's does not).
+TEST(CudaTrain, VitTinyStepsMatchTheCpuAtO0AndO2Bf16) {
+  expect_gpu_steps_like_cpu({.model = "vit-tiny", .level = "O0", .steps = 3, .batch = 8}, 1e-3);
+  expect_gpu_steps_like_cpu(
+      {.model = "vit-tiny", .level = "O2", .low = DType::bf16, .steps = 3, .batch = 8}, 3e-2);
+}
+
+TEST(CudaTrain, GptTinyStepsMatchTheCpuAtO0AndO2F16) {
+  expect_gpu_steps_like_cpu({.model = "gpt-tiny", .level = "O0", .steps = 3, .batch = 4}, 1e-3);
+  // A scale of 1024 keeps every step finite on both devices (the same decisions are expected).
+  expect_gpu_steps_like_cpu({.model = "gpt-tiny", .level = "O2", .low = DType::f16,
+                             .manager = [] { return dynamic(1024.0, 2000); }, .steps = 3,
+                             .batch = 4},
                             2e-2);
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "attention_test_util.h"
 #include "kernel_test_util.h"
 #include "op_test_util.h"
 #include "ops/attention_problem.h"
@@ -16,7 +17,10 @@
 
 namespace mixprec {
 namespace {
+using testing::close;
+using testing::fused_tol;
 using testing::random;
+using testing::Tol;
 using V = std::vector<Tensor>;
 
 struct Result {
@@ -41,31 +45,6 @@ Result run(const Tensor& q, const Tensor& k, const Tensor& v, const ops::Attenti
   return run_with([&](const Tensor& a, const Tensor& b,
                       const Tensor& c) { return ops::scaled_dot_product_attention(a, b, c, opt); },
                   q, k, v, impl);
-}
-
-// |a - e| <= rel * |e| + abs_frac * max(1, max|e|) elementwise (NaN matching NaN): attention's
-// outputs are weighted averages and its gradients sums of terms that cancel, so an absolute error
-// relative to the tensor's scale is what a kernel's rounding produces.
-::testing::AssertionResult close(const Tensor& a, const Tensor& e, double rel, double abs_frac) {
-  double mx = 1;  // inputs are O(1): an error floor where the result cancels to ~0
-  for (double x : e.to_vector<double>())
-    if (std::isfinite(x)) mx = std::max(mx, std::fabs(x));
-  return testing::all_close(a, e, {rel, abs_frac * mx});
-}
-
-// Tolerances of the fused kernel against the exact (f32) composition, from where it rounds
-// (cpu/attention.cpp): f32 differs by summation order and a 1-ulp exp, ~sqrt(L) ulps; bf16 and
-// f16 round p and dS to the dtype before the products (relative 2^-9 and 2^-12 per term) and
-// every output once (the reference rounds only the output).
-struct Tol {
-  double rel, abs_frac;
-};
-Tol fused_tol(DType d) {
-  switch (d) {
-    case DType::bf16: return {1.6e-2, 1.6e-2};
-    case DType::f16: return {4e-3, 2e-3};
-    default: return {2e-5, 2e-5};
-  }
 }
 
 ::testing::AssertionResult same_result(const Result& a, const Result& e, Tol t) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/amp_problem.h"
+#include "ops/attention_problem.h"
 #include "ops/elementwise_problem.h"
 #include "ops/embedding_problem.h"
 #include "ops/loss_problem.h"
@@ -61,7 +62,7 @@ void channel_sum(const Tensor& x, const Tensor& out);
 // then sets y = max(y, 0) keeping NaN.
 void channel_bias_relu(const Tensor& y, const Tensor& bias, bool fill, bool relu);
 
-// rows.cu: row-wise kernels (warp per row) and the block-per-output sum reduction.
+// rows.cu: row-wise kernels (warp per row), the losses and the block-per-output reductions.
 void softmax_fwd(const SoftmaxFwdProblem& p);
 void softmax_bwd(const SoftmaxBwdProblem& p);
 void layer_norm_fwd(const LayerNormFwdProblem& p);
@@ -72,6 +73,23 @@ void embedding_fwd(const EmbeddingFwdProblem& p);
 void embedding_bwd(const EmbeddingBwdProblem& p);
 std::string reduce_sum_declines(const ReduceSumProblem& p);
 void reduce_sum(const ReduceSumProblem& p);
+// Max with the index of the first maximum (NaN wins), one block per output; its backward one
+// thread per output.
+std::string reduce_max_declines(const ReduceMaxProblem& p);
+std::string reduce_max_bwd_declines(const ReduceMaxBwdProblem& p);
+void reduce_max(const ReduceMaxProblem& p);
+void reduce_max_bwd(const ReduceMaxBwdProblem& p);
+// NLL (a thread per row forward, per element backward) and MSE (a thread per element).
+void nll_fwd(const NllFwdProblem& p);
+void nll_bwd(const NllBwdProblem& p);
+void mse_fwd(const MseFwdProblem& p);
+void mse_bwd(const MseBwdProblem& p);
+
+// attention.cu: scaled dot-product attention, a warp per row, f32 (f64) statistics and sums.
+std::string attention_fwd_declines(const AttentionFwdProblem& p);
+std::string attention_bwd_declines(const AttentionBwdProblem& p);
+void attention_fwd(const AttentionFwdProblem& p);
+void attention_bwd(const AttentionBwdProblem& p);
 
 // amp.cu: one launch each; the found-inf flag and the scale are read on the device.
 void amp_unscale(const AmpUnscaleProblem& p);

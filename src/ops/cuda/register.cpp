@@ -1,7 +1,7 @@
 // The cuda backend's kernels, registered for Device::cuda only (so the CPU's dispatch order is
-// unchanged): our own kernels (ops/cuda/*.cu), cuBLASLt GEMMs (ops/cuda/matmul.cpp) and cuDNN
-// convolutions (ops/cuda/conv.cpp). A problem no CUDA kernel accepts fails with dispatch's "no
-// implementation accepts" error.
+// unchanged): our own kernels (ops/cuda/*.cu, attention included), cuBLASLt GEMMs
+// (ops/cuda/matmul.cpp) and cuDNN convolutions (ops/cuda/conv.cpp). A problem no CUDA kernel
+// accepts fails with dispatch's "no implementation accepts" error.
 #include "ops/conv_problem.h"
 #include "ops/cuda/kernels.h"
 #include "ops/dispatch.h"
@@ -33,6 +33,17 @@ void register_cuda_kernels() {
   register_kernel<EmbeddingFwdProblem>({"cuda", kCuda, accept_all, cuda::embedding_fwd});
   register_kernel<EmbeddingBwdProblem>({"cuda", kCuda, accept_all, cuda::embedding_bwd});
   register_kernel<ReduceSumProblem>({"cuda", kCuda, cuda::reduce_sum_declines, cuda::reduce_sum});
+  register_kernel<ReduceMaxProblem>({"cuda", kCuda, cuda::reduce_max_declines, cuda::reduce_max});
+  register_kernel<ReduceMaxBwdProblem>(
+      {"cuda", kCuda, cuda::reduce_max_bwd_declines, cuda::reduce_max_bwd});
+  register_kernel<NllFwdProblem>({"cuda", kCuda, accept_all, cuda::nll_fwd});
+  register_kernel<NllBwdProblem>({"cuda", kCuda, accept_all, cuda::nll_bwd});
+  register_kernel<MseFwdProblem>({"cuda", kCuda, accept_all, cuda::mse_fwd});
+  register_kernel<MseBwdProblem>({"cuda", kCuda, accept_all, cuda::mse_bwd});
+  register_kernel<AttentionFwdProblem>(
+      {"cuda", kCuda, cuda::attention_fwd_declines, cuda::attention_fwd});
+  register_kernel<AttentionBwdProblem>(
+      {"cuda", kCuda, cuda::attention_bwd_declines, cuda::attention_bwd});
   register_kernel<AmpUnscaleProblem>({"cuda", kCuda, accept_all, cuda::amp_unscale});
   register_kernel<AmpUpdateScaleProblem>({"cuda", kCuda, accept_all, cuda::amp_update_scale});
   register_kernel<FusedMomentumProblem>({"cuda", kCuda, accept_all, cuda::fused_momentum});

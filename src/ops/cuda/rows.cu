@@ -1,8 +1,8 @@
 // CUDA kernels that work row by row: softmax / log_softmax (forward, backward), LayerNorm
-// (forward, backward), softmax cross-entropy (forward, backward), embedding (forward, backward)
-// and sum reductions. The formulas are the reference kernels' (ops/ref/), step for step; only
-// the order of the additions inside a row differs (a warp's lanes sum interleaved), which the
-// tolerance table allows for.
+// (forward, backward), softmax cross-entropy, NLL and MSE (forward, backward), embedding
+// (forward, backward) and the sum and max reductions (max's backward too). The formulas are the
+// reference kernels' (ops/ref/), step for step; only the order of the additions inside a row
+// differs (a warp's lanes sum interleaved), which the tolerance table allows for.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "core/cuda_dtype.cuh"
 #include "core/cuda_stream.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/warp.cuh"
 
 namespace mixprec::ops::cuda {
 namespace {
@@ -22,11 +23,6 @@ constexpr unsigned kThreads = 256;            // every kernel here: 256 threads 
 constexpr unsigned kWarps = kThreads / 32;
 
 // ------------------------------------------------------------------ warp helpers
-
-template <class C> __device__ C warp_sum(C v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;  // every lane holds the sum
-}
 
 // The first maximum of the row: the larger value wins, equal values the lower index (so the
 // result is the first index holding the row's maximum, as the reference's strict `>` scan).
@@ -294,6 +290,25 @@ struct ReduceArgs {
   double scale;
 };
 
+// The offset in x of output o's first element (decomposed through kept_sizes / kept_strides)
+// and of position t of the reduced space (through red_sizes / red_strides), last dim fastest.
+__device__ int64_t kept_offset(const ReduceArgs& a, int64_t o) {
+  int64_t off = 0;
+  for (int d = a.nk - 1; d >= 0; --d) {
+    off += (o % a.kept_sizes[d]) * a.kept_strides[d];
+    o /= a.kept_sizes[d];
+  }
+  return off;
+}
+__device__ int64_t red_offset(const ReduceArgs& a, int64_t t) {
+  int64_t off = 0;
+  for (int d = a.nr - 1; d >= 0; --d) {
+    off += (t % a.red_sizes[d]) * a.red_strides[d];
+    t /= a.red_sizes[d];
+  }
+  return off;
+}
+
 // Grid: one block of 256 threads per output (grid-stride over outputs); the block's threads
 // take reduced positions t, t+256, ... (decomposed through red_sizes/red_strides), sum them in
 // A (f32, f64 or i64: acc_dtype), then a shared-memory tree halves 256 partial sums to one.
@@ -301,20 +316,10 @@ struct ReduceArgs {
 template <class A> __global__ void reduce_sum_kernel(ReduceArgs a) {
   __shared__ A part[kThreads];
   for (int64_t o = blockIdx.x; o < a.outputs; o += gridDim.x) {
-    int64_t base = 0, rem = o;
-    for (int d = a.nk - 1; d >= 0; --d) {
-      base += (rem % a.kept_sizes[d]) * a.kept_strides[d];
-      rem /= a.kept_sizes[d];
-    }
+    const int64_t base = kept_offset(a, o);
     A s = 0;
-    for (int64_t t = threadIdx.x; t < a.red_count; t += kThreads) {
-      int64_t off = base, r = t;
-      for (int d = a.nr - 1; d >= 0; --d) {
-        off += (r % a.red_sizes[d]) * a.red_strides[d];
-        r /= a.red_sizes[d];
-      }
-      s += load_elem<A>(a.x, a.xdt, off);
-    }
+    for (int64_t t = threadIdx.x; t < a.red_count; t += kThreads)
+      s += load_elem<A>(a.x, a.xdt, base + red_offset(a, t));
     part[threadIdx.x] = s;
     __syncthreads();
     for (unsigned h = kThreads / 2; h > 0; h >>= 1) {
@@ -324,6 +329,103 @@ template <class A> __global__ void reduce_sum_kernel(ReduceArgs a) {
     if (threadIdx.x == 0) store_elem<A>(a.out, a.odt, o, part[0] * static_cast<A>(a.scale));
     __syncthreads();  // part[] is reused by the next output
   }
+}
+
+// Whether candidate (v, i) is the reference's answer over itself and (bv, bi): an index < 0 is
+// no element; a NaN beats every number; the larger number wins; between two NaNs or two equal
+// numbers the lower index (the first maximum). A strict total order on the elements, so any
+// grouping of the comparisons picks the same element as the reference's scan in index order.
+template <class A> __device__ bool max_better(A v, int64_t i, A bv, int64_t bi) {
+  if (i < 0) return false;
+  if (bi < 0) return true;
+  const bool n = isnan(v), bn = isnan(bv);
+  if (n != bn) return n;
+  if (n || v == bv) return i < bi;
+  return v > bv;
+}
+
+// Grid and access pattern as reduce_sum_kernel: each thread keeps the best of its positions,
+// then a shared-memory tree of 256 (value, index) pairs. Thread 0 writes index[o] (-1 for an
+// empty reduction, as the reference) and values[o] (x's dtype: the element itself) if given.
+template <class A> __global__ void reduce_max_kernel(ReduceArgs a, int64_t* index) {
+  __shared__ A pv[kThreads];
+  __shared__ int64_t pi[kThreads];
+  for (int64_t o = blockIdx.x; o < a.outputs; o += gridDim.x) {
+    const int64_t base = kept_offset(a, o);
+    A bv = -std::numeric_limits<A>::infinity();
+    int64_t bi = -1;
+    for (int64_t t = threadIdx.x; t < a.red_count; t += kThreads)
+      if (const A v = load_elem<A>(a.x, a.xdt, base + red_offset(a, t)); max_better(v, t, bv, bi))
+        bv = v, bi = t;
+    pv[threadIdx.x] = bv, pi[threadIdx.x] = bi;
+    __syncthreads();
+    for (unsigned h = kThreads / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h && max_better(pv[threadIdx.x + h], pi[threadIdx.x + h], pv[threadIdx.x],
+                                        pi[threadIdx.x]))
+        pv[threadIdx.x] = pv[threadIdx.x + h], pi[threadIdx.x] = pi[threadIdx.x + h];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      index[o] = pi[0];
+      if (a.out) store_elem<A>(a.out, a.odt, o, pv[0]);
+    }
+    __syncthreads();  // pv[], pi[] are reused by the next output
+  }
+}
+
+// Backward: grid_for(outputs, 256), one thread per output o writing g[o] (gx's dtype: copied
+// exactly through double) into the element index[o] of its reduced space; the strides in `a`
+// are gx's (contiguous). Outputs own disjoint elements: no two threads write one element. An
+// index outside [0, red_count) (an empty reduction's -1) writes nothing.
+__global__ void reduce_max_bwd_kernel(ReduceArgs a, const int64_t* index) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < a.outputs;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = index[o];
+    if (r >= 0 && r < a.red_count)
+      store_elem<double>(a.out, a.odt, kept_offset(a, o) + red_offset(a, r),
+                         load_elem<double>(a.x, a.xdt, o));
+  }
+}
+
+// ------------------------------------------------------------------ nll and mse
+
+// NLL forward: grid_for(n, 256), one thread per row: loss[i] = -log_probs[i, label_i]. Labels
+// are not range-checked on the device (ops/loss.cpp): one outside [0, c) gives a NaN loss
+// instead of a read outside the row. Backward: one thread per element (i, j) of the zero-or-
+// gradient matrix (coalesced writes): -g_i * factor at the label, 0 elsewhere (a row whose label
+// is out of range is all 0).
+template <class C>
+__global__ void nll_fwd_kernel(const C* lp, const int64_t* labels, C* loss, int64_t n, int64_t c) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t l = labels[i];
+    loss[i] = l >= 0 && l < c ? -lp[i * c + l] : std::numeric_limits<C>::quiet_NaN();
+  }
+}
+template <class C>
+__global__ void nll_bwd_kernel(const int64_t* labels, const C* g, int64_t g_numel, C factor, C* d,
+                               int64_t n, int64_t c) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * c;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e / c;
+    d[e] = e % c == labels[i] ? -g[g_numel == 1 ? 0 : i] * factor : C(0);
+  }
+}
+
+// MSE: grid_for(n, 256), one thread per element, the reference's expressions in its order
+// (loss = (p - t)(p - t); dp = 2 (p - t) g factor): no additions to contract, the same bits.
+template <class C>
+__global__ void mse_fwd_kernel(const C* p, const C* t, C* loss, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    loss[i] = (p[i] - t[i]) * (p[i] - t[i]);
+}
+template <class C>
+__global__ void mse_bwd_kernel(const C* p, const C* t, const C* g, int64_t g_numel, C factor,
+                               C* d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    d[i] = C(2) * (p[i] - t[i]) * g[g_numel == 1 ? 0 : i] * factor;
 }
 
 template <class F> void visit_compute(DType d, F&& f) {
@@ -445,36 +547,55 @@ void embedding_bwd(const EmbeddingBwdProblem& p) {
   MIXPREC_CUDA_LAUNCHED();
 }
 
-std::string reduce_sum_declines(const ReduceSumProblem& p) {
-  if (p.plan.kept_sizes.size() > cuda_detail::kMaxDims ||
-      p.plan.red_sizes.size() > cuda_detail::kMaxDims)
+namespace {
+
+std::string plan_declines(const ReducePlan& plan) {
+  if (plan.kept_sizes.size() > cuda_detail::kMaxDims ||
+      plan.red_sizes.size() > cuda_detail::kMaxDims)
     return "more than 8 kept or reduced dims";
   return {};
 }
+
+// The kernels' arguments: the plan's sizes with the given strides (x's, or gx's for max's
+// backward), reading x (xdt) and writing out (odt; null allowed).
+ReduceArgs reduce_args(const ReducePlan& plan, const Strides& kept_strides,
+                       const Strides& red_strides, const Tensor& x, const Tensor& out,
+                       int64_t outputs) {
+  ReduceArgs a{};
+  a.nk = static_cast<int>(plan.kept_sizes.size());
+  a.nr = static_cast<int>(plan.red_sizes.size());
+  for (int d = 0; d < a.nk; ++d) {
+    a.kept_sizes[d] = plan.kept_sizes[static_cast<size_t>(d)];
+    a.kept_strides[d] = kept_strides[static_cast<size_t>(d)];
+  }
+  for (int d = 0; d < a.nr; ++d) {
+    a.red_sizes[d] = plan.red_sizes[static_cast<size_t>(d)];
+    a.red_strides[d] = red_strides[static_cast<size_t>(d)];
+  }
+  a.outputs = outputs;
+  a.red_count = plan.red_count;
+  a.x = x.data_ptr();
+  a.xdt = x.dtype();
+  a.out = out.defined() ? out.data_ptr() : nullptr;
+  a.odt = out.defined() ? out.dtype() : x.dtype();
+  return a;
+}
+
+unsigned grid_outputs(int64_t outputs) {
+  return static_cast<unsigned>(std::min<int64_t>(outputs, 65535));
+}
+
+}  // namespace
+
+std::string reduce_sum_declines(const ReduceSumProblem& p) { return plan_declines(p.plan); }
 
 void reduce_sum(const ReduceSumProblem& p) {
   const int64_t outputs = p.out.numel();
   if (outputs == 0) return;
   cudaStream_t s = cuda_detail::activate(p.x.device());
-  ReduceArgs a{};
-  a.nk = static_cast<int>(p.plan.kept_sizes.size());
-  a.nr = static_cast<int>(p.plan.red_sizes.size());
-  for (int d = 0; d < a.nk; ++d) {
-    a.kept_sizes[d] = p.plan.kept_sizes[static_cast<size_t>(d)];
-    a.kept_strides[d] = p.plan.kept_strides[static_cast<size_t>(d)];
-  }
-  for (int d = 0; d < a.nr; ++d) {
-    a.red_sizes[d] = p.plan.red_sizes[static_cast<size_t>(d)];
-    a.red_strides[d] = p.plan.red_strides[static_cast<size_t>(d)];
-  }
-  a.outputs = outputs;
-  a.red_count = p.plan.red_count;
-  a.x = p.x.data_ptr();
-  a.xdt = p.x.dtype();
-  a.out = p.out.data_ptr();
-  a.odt = p.out.dtype();
+  ReduceArgs a = reduce_args(p.plan, p.plan.kept_strides, p.plan.red_strides, p.x, p.out, outputs);
   a.scale = p.scale;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(outputs, 65535));
+  const unsigned grid = grid_outputs(outputs);
   const DType acc = acc_dtype(p.x.dtype());
   if (acc == DType::f64)
     reduce_sum_kernel<double><<<grid, kThreads, 0, s>>>(a);
@@ -482,6 +603,94 @@ void reduce_sum(const ReduceSumProblem& p) {
     reduce_sum_kernel<float><<<grid, kThreads, 0, s>>>(a);
   else
     reduce_sum_kernel<int64_t><<<grid, kThreads, 0, s>>>(a);
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+std::string reduce_max_declines(const ReduceMaxProblem& p) {
+  if (!is_floating(p.x.dtype())) return "not a float dtype";
+  return plan_declines(p.plan);
+}
+
+void reduce_max(const ReduceMaxProblem& p) {
+  const int64_t outputs = p.index.numel();
+  if (outputs == 0) return;
+  cudaStream_t s = cuda_detail::activate(p.x.device());
+  const ReduceArgs a =
+      reduce_args(p.plan, p.plan.kept_strides, p.plan.red_strides, p.x, p.values, outputs);
+  int64_t* index = mut_or_null<int64_t>(p.index);
+  visit_compute(p.x.dtype(), [&]<class A>() {
+    reduce_max_kernel<A><<<grid_outputs(outputs), kThreads, 0, s>>>(a, index);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+std::string reduce_max_bwd_declines(const ReduceMaxBwdProblem& p) {
+  if (!is_floating(p.gx.dtype())) return "not a float dtype";
+  return plan_declines(p.plan);
+}
+
+void reduce_max_bwd(const ReduceMaxBwdProblem& p) {
+  const int64_t outputs = p.index.numel();
+  if (outputs == 0) return;
+  cudaStream_t s = cuda_detail::activate(p.gx.device());
+  // gx's (contiguous) strides split into kept and reduced dims, as the reference does.
+  const Strides st = contiguous_strides(p.gx.shape());
+  Strides kst, rst;
+  for (size_t d = 0, r = 0; d < st.size(); ++d) {
+    const bool reduced = r < p.plan.axes.size() && p.plan.axes[r] == static_cast<int64_t>(d);
+    (reduced ? rst : kst).push_back(st[d]);
+    r += reduced;
+  }
+  const ReduceArgs a = reduce_args(p.plan, kst, rst, p.g, p.gx, outputs);
+  reduce_max_bwd_kernel<<<cuda_detail::grid_for(outputs, kThreads), kThreads, 0, s>>>(
+      a, ptr_or_null<int64_t>(p.index));
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void nll_fwd(const NllFwdProblem& p) {
+  const int64_t n = p.log_probs.shape()[0], c = p.log_probs.shape()[1];
+  if (n == 0) return;
+  cudaStream_t s = cuda_detail::activate(p.log_probs.device());
+  visit_compute(p.log_probs.dtype(), [&]<class C>() {
+    nll_fwd_kernel<C><<<cuda_detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+        ptr_or_null<C>(p.log_probs), ptr_or_null<int64_t>(p.labels), mut_or_null<C>(p.loss), n,
+        c);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void nll_bwd(const NllBwdProblem& p) {
+  const int64_t n = p.dlog_probs.shape()[0], c = p.dlog_probs.shape()[1];
+  if (n * c == 0) return;
+  cudaStream_t s = cuda_detail::activate(p.dlog_probs.device());
+  visit_compute(p.dlog_probs.dtype(), [&]<class C>() {
+    nll_bwd_kernel<C><<<cuda_detail::grid_for(n * c, kThreads), kThreads, 0, s>>>(
+        ptr_or_null<int64_t>(p.labels), ptr_or_null<C>(p.g), p.g.numel(),
+        static_cast<C>(p.factor), mut_or_null<C>(p.dlog_probs), n, c);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void mse_fwd(const MseFwdProblem& p) {
+  const int64_t n = p.pred.numel();
+  if (n == 0) return;
+  cudaStream_t s = cuda_detail::activate(p.pred.device());
+  visit_compute(p.pred.dtype(), [&]<class C>() {
+    mse_fwd_kernel<C><<<cuda_detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+        ptr_or_null<C>(p.pred), ptr_or_null<C>(p.target), mut_or_null<C>(p.loss), n);
+  });
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void mse_bwd(const MseBwdProblem& p) {
+  const int64_t n = p.pred.numel();
+  if (n == 0) return;
+  cudaStream_t s = cuda_detail::activate(p.pred.device());
+  visit_compute(p.pred.dtype(), [&]<class C>() {
+    mse_bwd_kernel<C><<<cuda_detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+        ptr_or_null<C>(p.pred), ptr_or_null<C>(p.target), ptr_or_null<C>(p.g), p.g.numel(),
+        static_cast<C>(p.factor), mut_or_null<C>(p.dpred), n);
+  });
   MIXPREC_CUDA_LAUNCHED();
 }
 
