@@ -16,13 +16,14 @@
 // The holders are computed once, before any fusion; a fusion only moves a write earlier, to a
 // call that already held the buffers it reads, so the later patterns' conditions stay sound.
 //  4. (elide_round_trip_casts, run after 1-3 on holders computed again) A cast of a 16-bit x to
-//     f32, y, and later a cast of y back to x's dtype and layout, z: z is x bit for bit (every
+//     f32, y, and later a cast of y (or a reshape of it) back to x's dtype, z, each writing every
+//     element at the place in memory it read it from: z's bytes are x's bit for bit (every
 //     f16 / bf16 value is an f32; the one exception is a signalling NaN, which the conversions
 //     quiet and no kernel produces). The second cast is removed and z's storage aliases x's
 //     bytes, provided that nothing writes x from the first cast until z's last use, nothing but
 //     the second cast writes z, and z is an intermediate of its own, packed from offset 0. At O1
-//     these pairs come from white-list ops whose 16-bit outputs an f32 op reads, and whose
-//     gradient path casts the f32 result back.
+//     a white-list op's 16-bit output is cast to f32 and, when the next op is on the white list
+//     too (conv -> ReLU -> Dense), cast straight back; backward does the same with gradients.
 #include "graph/fuse.h"
 
 #include <algorithm>
@@ -180,10 +181,23 @@ int64_t fuse(std::vector<std::function<void()>>& kernels, const Holdings& holdin
 
 namespace {
 
-// z can take x's bytes: the same dtype and layout, and z's storage is exactly z, from offset 0.
-bool can_alias(const Tensor& z, const Tensor& x) {
-  return z.dtype() == x.dtype() && z.shape() == x.shape() && z.strides() == x.strides() &&
-         z.offset() == 0 && is_dense(z.shape(), z.strides()) &&
+bool dense(const Tensor& t) { return is_dense(t.shape(), t.strides()); }
+
+// A copy that writes each element at the same place in memory as it read it: s and d dense with
+// the same strides.
+bool keeps_memory_order(const Tensor& s, const Tensor& d) {
+  return s.shape() == d.shape() && s.strides() == d.strides() && dense(s);
+}
+
+// v covers exactly t's elements (a view of t's storage, dense, from t's offset: a reshape).
+bool same_span(const Tensor& v, const Tensor& t) {
+  return v.storage() == t.storage() && v.offset() == t.offset() && v.numel() == t.numel() &&
+         v.dtype() == t.dtype() && dense(v) && dense(t);
+}
+
+// z's storage is exactly z, from offset 0, so that all of it can take other bytes.
+bool owns_its_storage(const Tensor& z) {
+  return z.offset() == 0 && dense(z) &&
          z.storage()->nbytes() == static_cast<size_t>(z.numel()) * z.itemsize();
 }
 
@@ -208,13 +222,19 @@ int64_t elide_round_trip_casts(std::vector<std::function<void()>>& kernels, cons
   int64_t removed = 0;
   for (int64_t i = 0; i < static_cast<int64_t>(kernels.size()); ++i) {
     const CopyKernel* a = copy_at(i);
-    if (a == nullptr || !is_low_precision(a->src.dtype()) || a->dst.dtype() != DType::f32) continue;
+    if (a == nullptr || !is_low_precision(a->src.dtype()) || a->dst.dtype() != DType::f32 ||
+        !keeps_memory_order(a->src, a->dst))
+      continue;
     const Tensor &x = a->src, &y = a->dst;
     const Holding *hx = holding(x), *hy = holding(y);
     if (hx == nullptr || hy == nullptr) continue;  // x made before the step: its writers unknown
     for (int64_t j : hy->kernels) {
+      // The cast back reads all of y (through a reshape, say) and writes z in the same memory
+      // order, so z's bytes are x's.
       const CopyKernel* b = j > i ? copy_at(j) : nullptr;
-      if (b == nullptr || !same_view(b->src, y) || !can_alias(b->dst, x)) continue;
+      if (b == nullptr || !same_span(b->src, y) || !keeps_memory_order(b->src, b->dst) ||
+          b->dst.dtype() != x.dtype() || !owns_its_storage(b->dst))
+        continue;
       const Holding* hz = holding(b->dst);
       if (hz == nullptr || !hz->internal || hz->output || hz->writers != std::vector<int64_t>{j})
         continue;

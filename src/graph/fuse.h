@@ -39,9 +39,10 @@ struct Alias {
   int64_t last = 0;                  // the last kernel that uses `storage`: target lives as long
 };
 
-// Removes each cast of a 16-bit tensor x to f32 whose result is cast straight back to x's dtype,
-// layout and all (the second cast gives x's bits), when nothing writes x until the second cast's
-// result is last used and nothing but that cast writes the result; the result then aliases x.
+// Removes each cast of a 16-bit tensor x to f32 whose result (or a reshape of it) is cast straight
+// back to x's dtype in the same memory order (the second cast gives x's bits), when nothing
+// writes x until the second cast's result is last used and nothing but that cast writes the
+// result; the result then aliases x.
 // Appends the aliases to `aliases`; returns the number of casts removed (slots left empty).
 int64_t elide_round_trip_casts(std::vector<std::function<void()>>& kernels, const Holdings& holdings,
                                std::vector<Alias>& aliases, bool verbose);
