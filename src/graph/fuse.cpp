@@ -44,6 +44,12 @@ using ops::PointwiseFn;
 using ops::PointwiseProblem;
 using ops::RecordedCall;
 
+// What the plan knows about t's storage (null: made before the step, so not in the holdings).
+const Holding* holding_of(const Holdings& holdings, const Tensor& t) {
+  auto it = holdings.find(t.storage().get());
+  return it == holdings.end() ? nullptr : &it->second;
+}
+
 bool same_view(const Tensor& a, const Tensor& b) {
   return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
          a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
@@ -69,10 +75,7 @@ class Fuser {
   template <class P> RecordedCall<P>* call(size_t k) {
     return kernels_[k] ? kernels_[k].template target<RecordedCall<P>>() : nullptr;
   }
-  const Holding* holding(const Tensor& t) const {
-    auto it = holdings_.find(t.storage().get());
-    return it == holdings_.end() ? nullptr : &it->second;
-  }
+  const Holding* holding(const Tensor& t) const { return holding_of(holdings_, t); }
   // t is an intermediate that exactly kernels a and b hold, and no kernel outside [a, b] reached
   // its memory (a kernel holding only a raw pointer would show there).
   bool only_between(const Tensor& t, size_t a, size_t b) const {
@@ -215,10 +218,6 @@ int64_t elide_round_trip_casts(std::vector<std::function<void()>>& kernels, cons
     const auto& f = kernels[static_cast<size_t>(k)];
     return f ? f.target<CopyKernel>() : nullptr;
   };
-  const auto holding = [&](const Tensor& t) -> const Holding* {
-    auto it = holdings.find(t.storage().get());
-    return it == holdings.end() ? nullptr : &it->second;
-  };
   int64_t removed = 0;
   for (int64_t i = 0; i < static_cast<int64_t>(kernels.size()); ++i) {
     const CopyKernel* a = copy_at(i);
@@ -226,7 +225,7 @@ int64_t elide_round_trip_casts(std::vector<std::function<void()>>& kernels, cons
         !keeps_memory_order(a->src, a->dst))
       continue;
     const Tensor &x = a->src, &y = a->dst;
-    const Holding *hx = holding(x), *hy = holding(y);
+    const Holding *hx = holding_of(holdings, x), *hy = holding_of(holdings, y);
     if (hx == nullptr || hy == nullptr) continue;  // x made before the step: its writers unknown
     for (int64_t j : hy->kernels) {
       // The cast back reads all of y (through a reshape, say) and writes z in the same memory
@@ -235,7 +234,7 @@ int64_t elide_round_trip_casts(std::vector<std::function<void()>>& kernels, cons
       if (b == nullptr || !same_span(b->src, y) || !keeps_memory_order(b->src, b->dst) ||
           b->dst.dtype() != x.dtype() || !owns_its_storage(b->dst))
         continue;
-      const Holding* hz = holding(b->dst);
+      const Holding* hz = holding_of(holdings, b->dst);
       if (hz == nullptr || !hz->internal || hz->output || hz->writers != std::vector<int64_t>{j})
         continue;
       const int64_t last = std::max(hz->kernels.back(), hz->last_touch);

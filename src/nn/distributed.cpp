@@ -61,9 +61,12 @@ void pack_on_device(Tensor dst, const Tensor& grad, float mul) {
     dst.fill_(0.0);
     return;
   }
-  Tensor v = grad.contiguous().reshape({grad.numel()}).astype(DType::f32);
-  if (mul != 1.0f) v = ops::mul(v, static_cast<double>(mul));
-  dst.copy_(v);
+  const Tensor flat = grad.contiguous().reshape({grad.numel()});
+  if (mul == 1.0f) {  // a sum: one converting copy (exact widening, then the one rounding)
+    dst.copy_(flat);
+    return;
+  }
+  dst.copy_(ops::mul(flat.astype(DType::f32), static_cast<double>(mul)));
 }
 
 }  // namespace
