@@ -3,18 +3,19 @@
 // channels-last output. im2col + GEMM is a poor fit there: the reduction is 9-25 long and the
 // GEMM's N is the channel count, so both the patch matrix and the GEMM are memory-bound. This
 // kernel keeps one zero-padded fp32 copy of each image in L1 and accumulates in fp32 registers
-// (8 output channels x 16 columns per block, every tap a broadcast-FMA), then rounds once.
+// (8 output channels x one register of columns per block, every tap a broadcast-FMA), then
+// rounds once.
 // Backward-data is not needed for a first layer (the data needs no gradient); im2col covers it.
 //
 // Per image: xp = the image in fp32, zero-padded by the convolution's padding and widened to
-// whole 16-column blocks. Forward, per output row: for each block of 16 columns and 8 output
-// channels, 8 accumulators start at the bias and take one broadcast-FMA per tap; ReLU, then the
-// row is interleaved into channels-last order and rounded once into y's dtype. Backward-weights,
-// per image: dy is widened to fp32 planes [C][OH][OWP] (zero past OW), and for each (channel,
-// kernel row) KW accumulators sweep the image; each image leaves its partial dW and db in its
-// own slot, and the slots are summed in image order, so the result does not depend on threads.
-// The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA) and
-// picked at run time.
+// whole 16-column units. Forward, per output row: for each block of 16 (AVX-512) or 8 (AVX2)
+// columns and 8 output channels, 8 accumulators start at the bias and take one broadcast-FMA
+// per tap; ReLU, then the row is interleaved into channels-last order and rounded once into y's
+// dtype. Backward-weights, per image: dy is widened to fp32 planes [C][OH][OWP] (zero past OW), and
+// for each (channel, kernel row) KW accumulators sweep the image; each image leaves its partial dW
+// and db in its own slot, and the slots are summed in image order, so the result does not depend on
+// threads. The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA)
+// and picked at run time.
 #include "ops/cpu/kernels.h"
 #include "mixprec/ops/ops.h"
 
@@ -33,32 +34,51 @@ namespace mixprec::ops::cpu {
 using namespace detail;
 namespace {
 
-constexpr int64_t kCols = 16;  // output columns per block (one AVX-512 register of f32)
+constexpr int64_t kCols = 16;  // the padding unit of a row: one AVX-512 register of f32
 constexpr int64_t kCoBlk = 8;  // output channels per block
 constexpr int64_t kMaxK = 7;   // largest kernel side handled
 
+// One register of f32 per instruction set: 16 lanes with AVX-512, 8 with AVX2. The blocks are
+// one register wide, so a forward block keeps its 8 accumulators, the input vector and a
+// broadcast weight in registers on either set (16 ymm with AVX2; a 16-lane block there was
+// two ymm per accumulator, spilled on every tap, and ran 1.6x slower than im2col).
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
-constexpr vi16 kLane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+template <class V> struct Lanes;
+template <> struct Lanes<v16> {
+  using I = vi16;
+  static constexpr int64_t n = 16;
+  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+};
+template <> struct Lanes<v8> {
+  using I = vi8;
+  static constexpr int64_t n = 8;
+  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7};
+};
 
-// The helpers taking and returning v16 are always inlined into the per-ISA kernels, so no v16
-// ever crosses a call boundary and the AVX-512 argument-passing ABI note does not apply
+// The helpers taking and returning vectors are always inlined into the per-ISA kernels, so no
+// vector ever crosses a call boundary and the AVX-512 argument-passing ABI note does not apply
 // (silenced for this file).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #define MIXPREC_ALWAYS_INLINE [[gnu::always_inline]] inline
 
-MIXPREC_ALWAYS_INLINE v16 load16(const float* p) {
-  v16 v;
+template <class V> MIXPREC_ALWAYS_INLINE V loadv(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-MIXPREC_ALWAYS_INLINE void store16(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
+template <class V> MIXPREC_ALWAYS_INLINE void storev(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-// The geometry both kernels share.
+// The geometry both kernels share. Rows are padded to whole 16-column units whatever the
+// register width, so every block of either width lies inside its row.
 struct Plan {
   int64_t kh, kw, pad_t, pad_l, h, w, oh, ow, cout;
-  int64_t nb;      // 16-column blocks per output row
+  int64_t nb;      // 16-column units per output row
   int64_t owp;     // nb * 16
   int64_t pw, ph;  // padded image: ph rows of pw floats
   int64_t ncb;     // 8-channel blocks
@@ -91,78 +111,85 @@ template <class T> void pad_image(const Tensor& x, int64_t n, const Plan& p, flo
   }
 }
 
-// One output row (planar [ncb * 8][owp]) from xp rows oh .. oh + kh - 1. wpad is
-// [ncb][kh * kw][8] (zero for channels past cout), bias [ncb * 8].
-MIXPREC_ALWAYS_INLINE void fwd_row_body(const float* xrow, const Plan& p, const float* wpad,
-                                        const float* bias, bool relu, float* out) {
-  const int64_t taps = p.kh * p.kw;
-  for (int64_t b = 0; b < p.nb; ++b)
+// One output row (planar [ncb * 8][owp], columns past the last block left as they were) from
+// xp rows oh .. oh + kh - 1. wpad is [ncb][kh * kw][8] (zero for channels past cout), bias
+// [ncb * 8].
+template <class V> MIXPREC_ALWAYS_INLINE void fwd_row_body(const float* xrow, const Plan& p,
+                                                           const float* wpad, const float* bias,
+                                                           bool relu, float* out) {
+  constexpr int64_t W = Lanes<V>::n;
+  const int64_t taps = p.kh * p.kw, blocks = (p.ow + W - 1) / W;
+  for (int64_t b = 0; b < blocks; ++b)
     for (int64_t cb = 0; cb < p.ncb; ++cb) {
-      v16 a[kCoBlk];
-      for (int64_t c = 0; c < kCoBlk; ++c) a[c] = v16{} + bias[cb * kCoBlk + c];
+      V a[kCoBlk];
+      for (int64_t c = 0; c < kCoBlk; ++c) a[c] = V{} + bias[cb * kCoBlk + c];
       const float* wt = wpad + cb * taps * kCoBlk;
       for (int64_t i = 0; i < p.kh; ++i) {
-        const float* xr = xrow + i * p.pw + b * kCols;
+        const float* xr = xrow + i * p.pw + b * W;
         for (int64_t j = 0; j < p.kw; ++j, wt += kCoBlk) {
-          const v16 x = load16(xr + j);
+          const V x = loadv<V>(xr + j);
           for (int64_t c = 0; c < kCoBlk; ++c) a[c] += wt[c] * x;
         }
       }
       for (int64_t c = 0; c < kCoBlk; ++c) {
-        if (relu) a[c] = a[c] <= 0.0f ? v16{} : a[c];  // NaN is not <= 0: it propagates
-        store16(out + (cb * kCoBlk + c) * p.owp + b * kCols, a[c]);
+        if (relu) a[c] = a[c] <= 0.0f ? V{} : a[c];  // NaN is not <= 0: it propagates
+        storev(out + (cb * kCoBlk + c) * p.owp + b * W, a[c]);
       }
     }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void fwd_row_avx512(
     const float* xrow, const Plan& p, const float* wpad, const float* bias, bool relu, float* out) {
-  fwd_row_body(xrow, p, wpad, bias, relu, out);
+  fwd_row_body<v16>(xrow, p, wpad, bias, relu, out);
 }
 __attribute__((target("avx2,fma"))) void fwd_row_avx2(const float* xrow, const Plan& p,
                                                       const float* wpad, const float* bias,
                                                       bool relu, float* out) {
-  fwd_row_body(xrow, p, wpad, bias, relu, out);
+  fwd_row_body<v8>(xrow, p, wpad, bias, relu, out);
 }
 
 // Partial dW for one (channel, kernel row i): acc[j] = sum over the image of dy * x shifted.
-// dyc is the channel's plane [oh][owp]; out receives KW sums.
-template <int KW> MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp,
-                                                        const Plan& p, int64_t i, float* out) {
-  v16 acc[KW];
-  for (int j = 0; j < KW; ++j) acc[j] = v16{};
+// dyc is the channel's plane [oh][owp]; out receives KW sums. KW accumulators, dy and one input
+// vector are live: at most 9 registers.
+template <int KW, class V> MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp,
+                                                                 const Plan& p, int64_t i,
+                                                                 float* out) {
+  constexpr int64_t W = Lanes<V>::n;
+  using I = typename Lanes<V>::I;
+  V acc[KW];
+  for (int j = 0; j < KW; ++j) acc[j] = V{};
   // The last block's lanes past ow hold dy = 0 but may read real input columns; a product
   // 0 * inf would put a NaN in a tap the reference never touches, so those lanes are selected
   // away rather than multiplied by zero.
-  const int64_t full = p.ow / kCols;
-  const vi16 valid = kLane < static_cast<int32_t>(p.ow - full * kCols);
+  const int64_t full = p.ow / W;
+  const I valid = Lanes<V>::iota < static_cast<int32_t>(p.ow - full * W);
   for (int64_t oh = 0; oh < p.oh; ++oh) {
     const float* xr = xp + (oh + i) * p.pw;
     const float* dr = dyc + oh * p.owp;
     for (int64_t b = 0; b < full; ++b) {
-      const v16 d = load16(dr + b * kCols);
-      for (int j = 0; j < KW; ++j) acc[j] += d * load16(xr + b * kCols + j);
+      const V d = loadv<V>(dr + b * W);
+      for (int j = 0; j < KW; ++j) acc[j] += d * loadv<V>(xr + b * W + j);
     }
-    if (full < p.nb) {
-      const v16 d = load16(dr + full * kCols);
-      for (int j = 0; j < KW; ++j) acc[j] += valid ? d * load16(xr + full * kCols + j) : v16{};
+    if (full * W < p.ow) {
+      const V d = loadv<V>(dr + full * W);
+      for (int j = 0; j < KW; ++j) acc[j] += valid ? d * loadv<V>(xr + full * W + j) : V{};
     }
   }
   for (int j = 0; j < KW; ++j) {
     float s = 0.0f;
-    for (int l = 0; l < kCols; ++l) s += acc[j][l];
+    for (int l = 0; l < W; ++l) s += acc[j][l];
     out[j] = s;
   }
 }
 
 template <int KW> __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void bwd_w_avx512(
     const float* dyc, const float* xp, const Plan& p, int64_t i, float* out) {
-  bwd_w_body<KW>(dyc, xp, p, i, out);
+  bwd_w_body<KW, v16>(dyc, xp, p, i, out);
 }
 template <int KW>
 __attribute__((target("avx2,fma"))) void bwd_w_avx2(const float* dyc, const float* xp,
                                                     const Plan& p, int64_t i, float* out) {
-  bwd_w_body<KW>(dyc, xp, p, i, out);
+  bwd_w_body<KW, v8>(dyc, xp, p, i, out);
 }
 
 using BwdFn = void (*)(const float*, const float*, const Plan&, int64_t, float*);
