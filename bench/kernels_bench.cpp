@@ -280,6 +280,32 @@ void BM_first_conv(benchmark::State& state, const char* impl) {
   else set_ratio(state, "x_im2col", key, rate);
 }
 
+// SimpleNet's Dense layer (in 21632, out 10) at batch 256: the forward x W^T, backward-data
+// dy W and backward-weights dy^T x as plain matmuls with the same operand layouts. Arg: 0
+// forward, 1 backward-data, 2 backward-weights. The impl "" is dispatch's choice; the f32 row
+// through oneDNN is the baseline ("x_f32": the rate against it).
+void BM_skinny_gemm(benchmark::State& state, DType dtype, const char* impl) {
+  Generator gen(8);
+  const int64_t m = 256, k = 32 * 26 * 26, n = 10;
+  const Tensor x = randn({m, k}, gen, {.dtype = dtype}), w = randn({n, k}, gen, {.dtype = dtype});
+  const Tensor dy = randn({m, n}, gen, {.dtype = dtype});
+  const int64_t which = state.range(0);
+  ops::ForceImpl force(impl);
+  auto run = [&] {
+    if (which == 0) return ops::matmul(x, w.transpose(0, 1));
+    if (which == 1) return ops::matmul(dy, w);
+    return ops::matmul(dy.transpose(0, 1), x);
+  };
+  benchmark::DoNotOptimize(run());
+  const auto t0 = Clock::now();
+  for (auto _ : state) benchmark::DoNotOptimize(run());
+  const std::string key = "skinny/" + std::to_string(which);
+  const double rate = rate_since(state, 2.0 * static_cast<double>(m * k * n), t0);
+  if (dtype == DType::f32 && std::string_view(impl) == "onednn") baselines()[key] = rate;
+  else set_ratio(state, "x_f32", key, rate);
+  set_rate(state, "FLOPS", 2.0 * static_cast<double>(m * k * n));
+}
+
 // ---------------------------------------------------------------- oneDNN called directly
 
 #if MIXPREC_WITH_ONEDNN
@@ -403,6 +429,11 @@ BENCHMARK_CAPTURE(BM_momentum_step, amp_bf16_copies, true)->Apply(timed);
 #if MIXPREC_WITH_ONEDNN
 BENCHMARK_CAPTURE(BM_first_conv, im2col_gemm, "im2col_gemm")->Args({256, 6, 5, 2})->Args({256, 32, 3, 0})->Args({256, 32, 3, 1})->Apply(timed);
 BENCHMARK_CAPTURE(BM_first_conv, dispatch, "")->Args({256, 6, 5, 2})->Args({256, 32, 3, 0})->Args({256, 32, 3, 1})->Apply(timed);
+BENCHMARK_CAPTURE(BM_skinny_gemm, f32_onednn, DType::f32, "onednn")->DenseRange(0, 2)->Apply(timed);
+BENCHMARK_CAPTURE(BM_skinny_gemm, f32, DType::f32, "")->DenseRange(0, 2)->Apply(timed);
+BENCHMARK_CAPTURE(BM_skinny_gemm, bf16_via_f32, DType::bf16, "low_via_f32")->DenseRange(0, 2)->Apply(timed);
+BENCHMARK_CAPTURE(BM_skinny_gemm, bf16, DType::bf16, "")->DenseRange(0, 2)->Apply(timed);
+BENCHMARK_CAPTURE(BM_skinny_gemm, f16, DType::f16, "")->DenseRange(0, 2)->Apply(timed);
 BENCHMARK_CAPTURE(BM_update_layout, resnet_small, "resnet-small")->Arg(1)->Arg(0)->Apply(timed);
 BENCHMARK_CAPTURE(BM_update_layout, convnet_bn, "convnet-bn")->Arg(1)->Arg(0)->Apply(timed);
 BENCHMARK_CAPTURE(BM_update_layout, mlp, "mlp")->Arg(1)->Arg(0)->Apply(timed);

@@ -1,4 +1,5 @@
-// Dispatch support: the kernel lists' storage and their one-time registration, MIXPREC_VERBOSE,
+// Dispatch support: the kernel lists' storage and their one-time registration, the registered
+// kernel names and MIXPREC_DISABLE_KERNELS, MIXPREC_VERBOSE,
 // the forced-implementation scope, the log line format and MIXPREC_PROFILE's table.
 #include "ops/dispatch.h"
 
@@ -8,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <tuple>
 #include <typeindex>
 #include <unordered_map>
@@ -28,6 +31,51 @@ void* kernel_list_storage(const std::type_info& problem, void* (*make)()) {
   void*& slot = (*lists)[std::type_index(problem)];
   if (!slot) slot = make();
   return slot;
+}
+
+namespace {
+std::mutex& names_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<std::string, std::less<>>& kernel_names() {
+  static auto* names = new std::set<std::string, std::less<>>();
+  return *names;
+}
+}  // namespace
+
+void note_kernel_name(std::string_view name) {
+  std::lock_guard<std::mutex> lock(names_mutex());
+  kernel_names().emplace(name);
+}
+
+bool kernel_disabled(std::string_view name) {
+  // Parsed once, after registration (dispatch calls this only once the lists are filled).
+  static const std::set<std::string, std::less<>>* const disabled =
+      []() -> const std::set<std::string, std::less<>>* {
+    const char* v = std::getenv("MIXPREC_DISABLE_KERNELS");
+    if (v == nullptr || *v == '\0') return nullptr;
+    auto* out = new std::set<std::string, std::less<>>();
+    std::lock_guard<std::mutex> lock(names_mutex());
+    std::string_view rest(v);
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (item.empty()) continue;
+      if (!kernel_names().contains(item)) {
+        std::string known;
+        for (const std::string& n : kernel_names()) known += (known.empty() ? "" : ", ") + n;
+        MIXPREC_CHECK(false, "MIXPREC_DISABLE_KERNELS: no kernel is named '", item, "'",
+                      Hint{"the kernels of this build: " + known});
+      }
+      out->emplace(item);
+    }
+    return out;
+  }();
+  return disabled != nullptr && disabled->contains(name);
 }
 }  // namespace detail
 

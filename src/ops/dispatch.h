@@ -2,7 +2,9 @@
 // filled by the backends (ops/<backend>/register.cpp, in the build's backend order, see
 // register_backends). The first kernel on the problem's device that accepts it runs; each that
 // declines says why. MIXPREC_VERBOSE=1 prints every choice with the reasons of the decliners;
-// ForceImpl("ref") makes every op take the named kernel (tests compare fast vs ref).
+// ForceImpl("ref") makes every op take the named kernel (tests compare fast vs ref);
+// MIXPREC_DISABLE_KERNELS=name,name takes kernels out of the running (an A/B measurement in one
+// build, or ruling a kernel out when chasing a wrong result).
 // A problem type provides: Device device() const; std::string describe() const (one line for
 // logs and errors); for low_via_f32, static inputs() / outputs() (ops/low_via_f32.h).
 #pragma once
@@ -44,12 +46,18 @@ template <class Problem> std::vector<Impl<Problem>>& kernel_list() {
       typeid(Problem), []() -> void* { return new std::vector<Impl<Problem>>(); }));
   return *list;
 }
+// Every kernel name registered, for MIXPREC_DISABLE_KERNELS's check of the names it is given.
+void note_kernel_name(std::string_view name);
+// True when MIXPREC_DISABLE_KERNELS (a comma-separated list of kernel names, read once and checked
+// against the registered names: an unknown name is an error) lists `name`.
+bool kernel_disabled(std::string_view name);
 }  // namespace detail
 
 // Appends a kernel to its problem type's list. Called only from the backends' registration
 // functions, which register_backends runs once, before the first dispatch.
 template <class Problem> void register_kernel(const Impl<Problem>& impl) {
   detail::kernel_list<Problem>().push_back(impl);
+  detail::note_kernel_name(impl.name);
 }
 
 // Calls each backend's register_<backend>_kernels() in the build's order (src/CMakeLists.txt,
@@ -165,6 +173,8 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
       reason = "wrong device";
     else if (!forced.empty() && impl.name != forced)
       reason = "not the forced implementation";
+    else if (detail::kernel_disabled(impl.name))
+      reason = "disabled by MIXPREC_DISABLE_KERNELS";
     else
       reason = impl.declines(p);
     if (reason.empty()) {
@@ -189,8 +199,9 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
     for (const Impl<Problem>& impl : impls)
       if (impl.device == p.device().type)
         declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " +
-                    (forced.empty() || impl.name == forced ? impl.declines(p)
-                                                           : "not the forced implementation");
+                    (!forced.empty() && impl.name != forced ? "not the forced implementation"
+                     : detail::kernel_disabled(impl.name)  ? "disabled by MIXPREC_DISABLE_KERNELS"
+                                                           : impl.declines(p));
   MIXPREC_CHECK(false, op_name(op), " ", phase, ": no implementation accepts ", p.describe(), " (",
                 declined.empty() ? "none registered for " + p.device().str() : declined, ")");
 }

@@ -25,6 +25,15 @@ expect_error "expected cpu, cuda or cuda:N" train --device gpu --max-steps 1
 expect_error "cuda:0 is not available" train --device cuda --max-steps 1
 expect_error "cuda:0 is not available" eval --model lenet --checkpoint x --device cuda
 expect_error "cuda:1 is not available" bench --steps 1 --device cuda:1
+# MIXPREC_DISABLE_KERNELS takes named kernels out of dispatch (MIXPREC_VERBOSE shows the reason);
+# a name no kernel has is an error that lists the build's kernels.
+out=$(MIXPREC_DISABLE_KERNELS=skinny_dot,direct_c1 MIXPREC_VERBOSE=1 "$M" bench --model simplenet \
+      --amp-level O2 --dtype f16 --steps 1 --warmup 0 2>&1) || fail "bench with kernels disabled failed: $out"
+grep -q "skinny_dot: disabled by MIXPREC_DISABLE_KERNELS" <<< "$out" || fail "no disabled reason in: $out"
+grep -q "linear forward -> skinny_dot" <<< "$out" && fail "a disabled kernel ran"
+out=$(MIXPREC_DISABLE_KERNELS=skinny_dott "$M" bench --steps 1 --warmup 0 2>&1) && fail "unknown kernel name accepted"
+grep -q "no kernel is named 'skinny_dott'" <<< "$out" && grep -q "skinny_rows" <<< "$out" \
+  || fail "unknown kernel name: unclear error: $out"
 # Captured first: grep -q stops reading at the match, and with pipefail the help's writer, killed
 # by SIGPIPE on a later write (help longer than the 4 KiB stdio buffer), would fail the pipeline.
 help=$("$M" train --help) || fail "train --help failed"

@@ -2,10 +2,16 @@
 // layer shapes included), f64 gradient checks, fused relu against linear-then-relu, f32 weight
 // and bias gradients for bf16 inputs, oneDNN against the reference, strided inputs, errors.
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
 
 #include "gemm_test_util.h"
 #include "mixprec/amp/level.h"
+#include "mixprec/cpu_features.h"
 #include "mixprec/version.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ref/kernels.h"
 #if MIXPREC_WITH_ONEDNN
 #include "ops/onednn/context.h"
 #include "ops/onednn/kernels.h"
@@ -192,6 +198,115 @@ TEST(Linear, OneDnnTakesAFastKernelForTheZooShapes) {
 #else
   GTEST_SKIP() << "built without oneDNN";
 #endif
+}
+
+// The skinny GEMM kernels (ops/cpu/gemm_skinny.cpp) on the three products of a Dense layer with
+// at most 16 outputs, called directly against the reference kernel: forward x W^T (`dot`),
+// backward-data dy W and backward-weights dy^T x (`rows`), with K and N tails (K mod 8, columns
+// mod 16 and mod 8), partial row tiles, bias, ReLU, both 16-bit dtypes and an f32 output (held
+// to f32's tolerance: the products of 16-bit values are exact, only the order of the f32 sums
+// differs from the reference's). Then:
+// bitwise equal on 1 and 2 threads, inf and NaN where the reference has them, f16 overflow to inf,
+// and dispatch choosing them for SimpleNet's Dense layer in bf16 and f16 but not in f32.
+TEST(Linear, SkinnyKernelsMatchTheReference) {
+  if (!cpu_features().avx2 || !cpu_features().fma || !cpu_features().f16c)
+    GTEST_SKIP() << "the skinny kernels need AVX2, FMA and F16C";
+  struct Case {
+    int64_t m, k, n;  // x [m, k], W [n, k]
+  };
+  const Case cases[] = {{37, 300, 10}, {5, 131, 3}, {64, 1000, 16}, {1, 64, 1}, {13, 2050, 7}};
+  auto run = [](void (*kernel)(const ops::MatmulProblem&), ops::MatmulProblem p) {
+    p.out = Tensor::empty(p.out.shape(), {.dtype = p.out.dtype()});  // a fresh one per run
+    kernel(p);
+    return p.out;
+  };
+  for (DType d : {DType::bf16, DType::f16}) {
+    if (d == DType::bf16 && cpu_features().avx512f) continue;  // oneDNN's, natively
+    for (const Case& c : cases) {
+      const Tensor x = random({c.m, c.k}, 120, d), w = random({c.n, c.k}, 121, d);
+      const Tensor dy = random({c.m, c.n}, 122, d), b = random({c.n}, 123, DType::f32);
+      for (bool relu : {false, true}) {
+        for (DType od : {d, DType::f32}) {
+          const std::string what = std::string(dtype_name(d)) + " m" + std::to_string(c.m) + " k" +
+                                   std::to_string(c.k) + " n" + std::to_string(c.n) +
+                                   (relu ? " relu" : "") + " out " + std::string(dtype_name(od));
+          const ops::MatmulProblem fwd{x, w.transpose(0, 1), b, Tensor::empty({c.m, c.n}, {.dtype = od}), relu};
+          ASSERT_EQ(ops::cpu::gemm_skinny_dot_declines(fwd), "") << what;
+          EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_dot, fwd), run(ops::ref::matmul, fwd), c.k, od)) << what;
+          const ops::MatmulProblem bwd_data{dy, w, {}, Tensor::empty({c.m, c.k}, {.dtype = od}), relu};
+          if (c.k >= 16) {
+            ASSERT_EQ(ops::cpu::gemm_skinny_rows_declines(bwd_data), "") << what;
+            EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_rows, bwd_data), run(ops::ref::matmul, bwd_data), c.n, od))
+                << what << " backward-data";
+          }
+          const ops::MatmulProblem bwd_w{dy.transpose(0, 1), x, relu ? random({c.k}, 129, d) : Tensor(),
+                                         Tensor::empty({c.n, c.k}, {.dtype = od}), relu};
+          ASSERT_EQ(ops::cpu::gemm_skinny_rows_declines(bwd_w), "") << what;
+          EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_rows, bwd_w), run(ops::ref::matmul, bwd_w), c.m, od))
+              << what << " backward-weights";
+        }
+      }
+    }
+  }
+  // The sums' order is fixed by the shape: 1 and 2 threads give the same bits.
+  {
+    const Tensor x = random({40, 777}, 124, DType::bf16), w = random({10, 777}, 125, DType::bf16);
+    const Tensor dy = random({40, 10}, 126, DType::bf16);
+    auto all = [&] {
+      return V{run(ops::cpu::gemm_skinny_dot, {x, w.transpose(0, 1), {}, Tensor::empty({40, 10}), false}),
+               run(ops::cpu::gemm_skinny_rows, {dy, w, {}, Tensor::empty({40, 777}), false}),
+               run(ops::cpu::gemm_skinny_rows, {dy.transpose(0, 1), x, {}, Tensor::empty({10, 777}), false})};
+    };
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const V one = all();
+    omp_set_num_threads(2);
+    const V two = all();
+    omp_set_num_threads(saved);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(one[i].to_vector<float>(), two[i].to_vector<float>()) << "product " << i;
+  }
+  // inf and NaN land where the reference puts them (a whole row of x, one weight column).
+  {
+    std::vector<float> xv = random({6, 200}, 127, DType::f32).to_vector<float>();
+    xv[2 * 200 + 199] = INFINITY;  // row 2's last element: the K tail
+    xv[4 * 200 + 17] = NAN;
+    const Tensor x = Tensor::from_vector(xv, {6, 200}).astype(DType::f16);
+    const Tensor w = random({5, 200}, 128, DType::f16);
+    const ops::MatmulProblem fwd{x, w.transpose(0, 1), {}, Tensor::empty({6, 5}), false};
+    const std::vector<float> a = run(ops::cpu::gemm_skinny_dot, fwd).to_vector<float>();
+    const std::vector<float> r = run(ops::ref::matmul, fwd).to_vector<float>();
+    for (size_t i = 0; i < r.size(); ++i) {
+      EXPECT_EQ(std::isnan(a[i]), std::isnan(r[i])) << i;
+      EXPECT_EQ(std::isinf(a[i]), std::isinf(r[i])) << i;
+    }
+    const ops::MatmulProblem bwd_w{Tensor::from_vector(std::vector<float>(6 * 5, 1.0f), {6, 5}).astype(DType::f16).transpose(0, 1),
+                                   x, {}, Tensor::empty({5, 200}), false};
+    const std::vector<float> aw = run(ops::cpu::gemm_skinny_rows, bwd_w).to_vector<float>();
+    const std::vector<float> rw = run(ops::ref::matmul, bwd_w).to_vector<float>();
+    for (size_t i = 0; i < rw.size(); ++i) {
+      EXPECT_EQ(std::isnan(aw[i]), std::isnan(rw[i])) << i;
+      EXPECT_EQ(std::isinf(aw[i]), std::isinf(rw[i])) << i;
+    }
+  }
+  // f16 outputs overflow to inf on the one rounding, as on an accelerator.
+  {
+    const Tensor x = full({2, 64}, 100.0, {.dtype = DType::f16}), w = full({3, 64}, 100.0, {.dtype = DType::f16});
+    const Tensor y = run(ops::cpu::gemm_skinny_dot, {x, w.transpose(0, 1), {}, Tensor::empty({2, 3}, {.dtype = DType::f16}), false});
+    EXPECT_TRUE(std::isinf(y.at({1, 2})));
+  }
+  // Dispatch: SimpleNet's Dense layer takes them in the 16-bit dtypes, oneDNN keeps f32.
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    const Tensor x = zeros({256, 21632}, {.dtype = d}), w = zeros({10, 21632}, {.dtype = d});
+    const Tensor g = zeros({256, 10}, {.dtype = d});
+    const ops::MatmulProblem fwd{x, w.transpose(0, 1), zeros({10}), Tensor::empty({256, 10}, {.dtype = d}), false};
+    const ops::MatmulProblem bwd_data{g, w, {}, Tensor::empty({256, 21632}, {.dtype = d}), false};
+    const ops::MatmulProblem bwd_w{g.transpose(0, 1), x, {}, Tensor::empty({10, 21632}), false};
+    const bool takes = d == DType::f16 || (d == DType::bf16 && !cpu_features().avx512f);
+    EXPECT_EQ(ops::cpu::gemm_skinny_dot_declines(fwd).empty(), takes) << dtype_name(d);
+    EXPECT_EQ(ops::cpu::gemm_skinny_rows_declines(bwd_data).empty(), takes) << dtype_name(d);
+    EXPECT_EQ(ops::cpu::gemm_skinny_rows_declines(bwd_w).empty(), takes) << dtype_name(d);
+  }
 }
 
 TEST(Linear, NonContiguousInputAndWeight) {

@@ -9,6 +9,7 @@
 #include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
+#include "ops/matmul_problem.h"
 #include "ops/norm_problem.h"
 #include "ops/pool_problem.h"
 
@@ -30,6 +31,14 @@ std::string conv_direct_c1_fwd_declines(const ConvFwdProblem& p);
 void conv_direct_c1_fwd(const ConvFwdProblem& p);
 std::string conv_direct_c1_bwd_weights_declines(const ConvBwdWeightsProblem& p);
 void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& p);
+
+// gemm_skinny.cpp: GEMMs with a dimension of at most 16 in bf16/f16 (f32 stays with oneDNN),
+// without a widened copy of the large operand: `dot` for N <= 16 with both operands contiguous
+// along K (a Dense layer's forward), `rows` for a row-major b with M or K <= 16 (its backward).
+std::string gemm_skinny_dot_declines(const MatmulProblem& p);
+void gemm_skinny_dot(const MatmulProblem& p);
+std::string gemm_skinny_rows_declines(const MatmulProblem& p);
+void gemm_skinny_rows(const MatmulProblem& p);
 
 // conv_im2col.cpp: im2col + GEMM (through dispatch, gemm_into) for convolutions with a small
 // reduction (cin * kh * kw <= 64, one group).

@@ -11,6 +11,11 @@ void register_cpu_kernels() {
   register_kernel<PointwiseProblem>({"bits16", kCpu, cpu::relu_bits16_declines, cpu::relu_bits16});
   register_kernel<PointwiseProblem>({"cpu", kCpu, accept_all, cpu::pointwise});
 
+  register_kernel<MatmulProblem>(
+      {"skinny_dot", kCpu, cpu::gemm_skinny_dot_declines, cpu::gemm_skinny_dot});
+  register_kernel<MatmulProblem>(
+      {"skinny_rows", kCpu, cpu::gemm_skinny_rows_declines, cpu::gemm_skinny_rows});
+
   register_kernel<ConvFwdProblem>(
       {"direct_c1", kCpu, cpu::conv_direct_c1_fwd_declines, cpu::conv_direct_c1_fwd});
   // 16-bit im2col convolutions whose GEMM would be emulated in f32 anyway: the whole kernel in
