@@ -258,13 +258,17 @@ void BM_conv2d(benchmark::State& state, DType dtype) {
 void BM_first_conv(benchmark::State& state, const char* impl) {
   Generator gen(6);
   const int64_t n = state.range(0), cout = state.range(1), k = state.range(2), pad = state.range(3);
+  const bool nchw = state.range(4) != 0;  // SimpleNet's contiguous output, else channels-last
   const Tensor x = randn({n, 1, 28, 28}, gen, {.dtype = DType::bf16});
   const Tensor w = randn({cout, 1, k, k}, gen, {.dtype = DType::bf16}).set_requires_grad(true);
   const Tensor b = randn({cout}, gen, {.dtype = DType::bf16}).set_requires_grad(true);
   const ops::Conv2dOptions opts{.pad_mode = ops::PadMode::pad, .padding = {pad, pad, pad, pad},
-                                .activation = ops::Activation::relu};
+                                .activation = ops::Activation::relu,
+                                .output_format = nchw ? ops::MemoryFormat::contiguous
+                                                      : ops::MemoryFormat::channels_last};
   const int64_t o = 28 + 2 * pad - k + 1;
-  const Tensor gy = randn({n, o, o, cout}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2});  // channels-last
+  const Tensor gy = nchw ? randn({n, cout, o, o}, gen, {.dtype = DType::bf16})
+                         : randn({n, o, o, cout}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2});
   const std::vector<Tensor> leaves{w, b};
   ops::ForceImpl force(impl);
   auto step = [&] {
@@ -274,7 +278,8 @@ void BM_first_conv(benchmark::State& state, const char* impl) {
   step();
   const auto t0 = Clock::now();
   for (auto _ : state) step();
-  const std::string key = "first_conv/" + std::to_string(n) + "/" + std::to_string(cout) + "/" + std::to_string(k);
+  const std::string key = "first_conv/" + std::to_string(n) + "/" + std::to_string(cout) + "/" +
+                          std::to_string(k) + "/" + std::to_string(nchw);
   const double rate = rate_since(state, 1.0, t0);
   if (*impl) baselines()[key] = rate;
   else set_ratio(state, "x_im2col", key, rate);
@@ -427,8 +432,8 @@ BENCHMARK_CAPTURE(BM_momentum_step, fp32, false)->Apply(timed);
 BENCHMARK_CAPTURE(BM_momentum_step, amp_bf16_copies, true)->Apply(timed);
 
 #if MIXPREC_WITH_ONEDNN
-BENCHMARK_CAPTURE(BM_first_conv, im2col_gemm, "im2col_gemm")->Args({256, 6, 5, 2})->Args({256, 32, 3, 0})->Args({256, 32, 3, 1})->Apply(timed);
-BENCHMARK_CAPTURE(BM_first_conv, dispatch, "")->Args({256, 6, 5, 2})->Args({256, 32, 3, 0})->Args({256, 32, 3, 1})->Apply(timed);
+BENCHMARK_CAPTURE(BM_first_conv, im2col_gemm, "im2col_gemm")->Args({256, 6, 5, 2, 0})->Args({256, 32, 3, 0, 0})->Args({256, 32, 3, 1, 0})->Args({256, 32, 3, 0, 1})->Apply(timed);
+BENCHMARK_CAPTURE(BM_first_conv, dispatch, "")->Args({256, 6, 5, 2, 0})->Args({256, 32, 3, 0, 0})->Args({256, 32, 3, 1, 0})->Args({256, 32, 3, 0, 1})->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, f32_onednn, DType::f32, "onednn")->DenseRange(0, 2)->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, f32, DType::f32, "")->DenseRange(0, 2)->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, bf16_via_f32, DType::bf16, "low_via_f32")->DenseRange(0, 2)->Apply(timed);

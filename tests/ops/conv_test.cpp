@@ -365,9 +365,10 @@ TEST(Conv2d, Im2colGemmMatchesReferenceForSmallReductions) {
 }
 
 TEST(Conv2d, DirectSingleChannelMatchesReference) {
-  // First layers (1 input channel, stride 1, up to 8 output channels) forced onto the direct
-  // kernel: forward and backward-weights, every dtype, widths that are and are not multiples
-  // of 16, full and partial channel blocks, with and without bias and ReLU.
+  // First layers (1 input channel, stride 1, up to 8 output channels channels-last or 64
+  // contiguous) forced onto the direct kernel: forward and backward-weights, every dtype, widths
+  // that are and are not multiples of 16, full and partial channel blocks, with and without bias
+  // and ReLU.
   if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "direct_c1 needs AVX2 and FMA";
   struct Case {
     Shape x, w;
@@ -381,6 +382,10 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
       {{2, 1, 28, 28}, {7, 1, 3, 3}, {.pad_mode = ops::PadMode::same, .activation = ops::Activation::relu}, true},
       {{2, 1, 9, 37}, {5, 1, 7, 2}, {.pad_mode = ops::PadMode::pad, .padding = {1, 3, 0, 4}}, true},
       {{1, 1, 5, 5}, {3, 1, 1, 1}, {.activation = ops::Activation::relu}, false},
+      // Contiguous (NCHW) outputs, up to 64 channels: SimpleNet's layer, and a partial block.
+      {{3, 1, 28, 28}, {32, 1, 3, 3}, {.output_format = ops::MemoryFormat::contiguous}, true},
+      {{2, 1, 9, 37}, {13, 1, 5, 3}, {.pad_mode = ops::PadMode::pad, .padding = {2, 1, 0, 3}, .activation = ops::Activation::relu, .output_format = ops::MemoryFormat::contiguous}, true},
+      {{2, 1, 6, 6}, {64, 1, 2, 2}, {.output_format = ops::MemoryFormat::contiguous}, false},
   };
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     for (const Case& c : cases) {
@@ -397,7 +402,10 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
       const auto [yd, gd] = run("direct_c1");
       const auto [yr, gr] = run("ref");
       const std::string what = shape_str(c.w) + " " + std::string(dtype_name(d));
-      EXPECT_TRUE(strides_are_nhwc(yd)) << what;
+      if (c.o.output_format == ops::MemoryFormat::contiguous)
+        EXPECT_TRUE(yd.is_contiguous()) << what;
+      else
+        EXPECT_TRUE(strides_are_nhwc(yd)) << what;
       const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
       EXPECT_TRUE(all_close(yd, yr, tol)) << what;
       // dW and db are f32 sums in another order, then rounded to the parameter's dtype: one

@@ -1,17 +1,18 @@
-// Direct convolution for single-input-channel layers with at most 8 output channels (LeNet's
-// first conv: 1 -> 6 channels, 5x5, stride 1), forward and backward-weights, with a
-// channels-last output. im2col + GEMM is a poor fit there: the reduction is 9-25 long and the
-// GEMM's N is the channel count, so both the patch matrix and the GEMM are memory-bound. This
-// kernel keeps one zero-padded fp32 copy of each image in L1 and accumulates in fp32 registers
-// (8 output channels x one register of columns per block, every tap a broadcast-FMA), then
-// rounds once.
-// Backward-data is not needed for a first layer (the data needs no gradient); im2col covers it.
+// Direct convolution for single-input-channel layers (LeNet's first conv: 1 -> 6 channels, 5x5,
+// channels-last output, at most 8 channels; SimpleNet's: 1 -> 32 channels, 3x3, contiguous NCHW
+// output, at most 64), forward and backward-weights. im2col + GEMM is a poor fit there: the
+// reduction is 9-25 long and the GEMM's N is the channel count, so both the patch matrix and the
+// GEMM are memory-bound. This kernel keeps one zero-padded fp32 copy of each image in L1 and
+// accumulates in fp32 registers (8 output channels x one register of columns per block, every tap a
+// broadcast-FMA), then rounds once. Backward-data is not needed for a first layer (the data needs
+// no gradient); im2col covers it.
 //
 // Per image: xp = the image in fp32, zero-padded by the convolution's padding and widened to
 // whole 16-column units. Forward, per output row: for each block of 16 (AVX-512) or 8 (AVX2)
 // columns and 8 output channels, 8 accumulators start at the bias and take one broadcast-FMA
-// per tap; ReLU, then the row is interleaved into channels-last order and rounded once into y's
-// dtype. Backward-weights, per image: dy is widened to fp32 planes [C][OH][OWP] (zero past OW), and
+// per tap; ReLU, then the row is interleaved into channels-last order (or, for an NCHW y, each
+// channel's row taken as it is) and rounded once into y's dtype. Backward-weights, per image: dy is
+// widened to fp32 planes [C][OH][OWP] (zero past OW; an NCHW dy's rows go straight in), and
 // for each (channel, kernel row) KW accumulators sweep the image; each image leaves its partial dW
 // and db in its own slot, and the slots are summed in image order, so the result does not depend on
 // threads. The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA)
@@ -34,9 +35,10 @@ namespace mixprec::ops::cpu {
 using namespace detail;
 namespace {
 
-constexpr int64_t kCols = 16;  // the padding unit of a row: one AVX-512 register of f32
-constexpr int64_t kCoBlk = 8;  // output channels per block
-constexpr int64_t kMaxK = 7;   // largest kernel side handled
+constexpr int64_t kCols = 16;         // the padding unit of a row: one AVX-512 register of f32
+constexpr int64_t kCoBlk = 8;         // output channels per block
+constexpr int64_t kMaxK = 7;          // largest kernel side handled
+constexpr int64_t kMaxCoutNchw = 64;  // output channels handled with a contiguous (NCHW) output
 
 // One register of f32 per instruction set: 16 lanes with AVX-512, 8 with AVX2. The blocks are
 // one register wide, so a forward block keeps its 8 accumulators, the input vector and a
@@ -192,6 +194,23 @@ __attribute__((target("avx2,fma"))) void bwd_w_avx2(const float* dyc, const floa
   bwd_w_body<KW, v8>(dyc, xp, p, i, out);
 }
 
+// The sum of a dy plane (n floats, a multiple of 16; zero past each row's OW): two 8-lane
+// accumulators over 16-float steps, then a fixed tree. A scalar running sum was a chain of
+// dependent adds, 26 * 32 of them per channel and image: the slowest part of the kernel.
+__attribute__((target("avx2,fma"))) float plane_sum(const float* p, int64_t n) {
+  typedef float v8 __attribute__((vector_size(32)));
+  v8 a = {}, b = {};
+  for (int64_t k = 0; k < n; k += 16) {
+    v8 x, y;
+    std::memcpy(&x, p + k, sizeof x);
+    std::memcpy(&y, p + k + 8, sizeof y);
+    a += x;
+    b += y;
+  }
+  a += b;
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
 using BwdFn = void (*)(const float*, const float*, const Plan&, int64_t, float*);
 
 template <int... KW> BwdFn pick_bwd(int64_t kw, bool avx512, std::integer_sequence<int, KW...>) {
@@ -205,6 +224,13 @@ bool avx512() {
   return f.avx512f && f.avx512bw && f.avx512vl && f.fma;
 }
 
+// The output (gradient) image dense in channels-last order, or contiguous (NCHW).
+bool dense_nhwc(const Tensor& image, const ConvGeometry& g) {
+  return is_channels_last(image) && image.strides()[3] == g.cout &&
+         image.strides()[2] == g.ow * g.cout && image.strides()[0] == g.oh * g.ow * g.cout;
+}
+bool dense_nchw(const Tensor& image) { return image.is_contiguous(); }
+
 std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image) {
   const CpuFeatures& f = cpu_features();
   if (!(f.avx2 && f.fma)) return "needs AVX2 and FMA";
@@ -212,16 +238,19 @@ std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image
   if (g.stride_h != 1 || g.stride_w != 1 || g.dil_h != 1 || g.dil_w != 1)
     return "stride or dilation != 1";
   if (g.kh > kMaxK || g.kw > kMaxK) return "kernel larger than 7x7";
-  // Past one 8-channel block the scalar interleave into channels-last order dominates, and
-  // im2col + GEMM (whose N is then a fair width) measures faster: 1 -> 32 channels 3x3 at
-  // batch 256, forward + backward-weights 16.4 ms direct vs 8.3 ms im2col (kernels_bench
-  // BM_first_conv); 1 -> 6 channels 5x5: 3.6 ms direct vs 5.5 ms im2col.
-  if (g.cout > kCoBlk) return "more than 8 output channels (im2col + GEMM is faster there)";
   if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16) return "not f32, bf16 or f16";
-  if (!is_channels_last(image) || image.strides()[3] != g.cout ||
-      image.strides()[2] != g.ow * g.cout || image.strides()[0] != g.oh * g.ow * g.cout)
-    return "output (gradient) not dense channels-last";
-  return "";
+  if (dense_nhwc(image, g)) {
+    // Past one 8-channel block the scalar interleave into channels-last order dominates, and
+    // im2col + GEMM (whose N is then a fair width) measures faster: 1 -> 32 channels 3x3 at
+    // batch 256, forward + backward-weights 16.4 ms direct vs 8.3 ms im2col (kernels_bench
+    // BM_first_conv, AVX-512); 1 -> 6 channels 5x5: 3.6 ms direct vs 5.5 ms im2col.
+    if (g.cout > kCoBlk)
+      return "more than 8 output channels channels-last (im2col + GEMM is faster there)";
+    return "";
+  }
+  // Contiguous (NCHW) output: each channel's row is written (read) straight from its plane.
+  if (dense_nchw(image)) return g.cout > kMaxCoutNchw ? "more than 64 output channels" : "";
+  return "output (gradient) neither dense channels-last nor contiguous";
 }
 
 std::vector<float> padded_weights(const Tensor& w, const Plan& p) {
@@ -255,17 +284,26 @@ void conv_direct_c1_fwd(const ConvFwdProblem& pr) {
   const DType ydt = pr.y.dtype();
   char* yb = static_cast<char*>(pr.y.data_ptr());
   const int64_t row_elems = p.ow * p.cout, isz = static_cast<int64_t>(dtype_size(ydt));
+  const bool nchw = !dense_nhwc(pr.y, pr.g);
   visit_float(pr.x.dtype(), [&]<class T>() {
 #pragma omp parallel
     {
       std::vector<float> xp(static_cast<size_t>(p.ph * p.pw));
       std::vector<float> planes(static_cast<size_t>(p.ncb * kCoBlk * p.owp));
       std::vector<float> row(static_cast<size_t>(row_elems));
+      // NCHW: the image's output in f32, [C][OH][OW], rounded in one call (per-row calls of OW
+      // values spent most of their time in the converter's scalar tail).
+      std::vector<float> image(nchw ? static_cast<size_t>(p.cout * p.oh * p.ow) : 0);
 #pragma omp for schedule(static)
       for (int64_t n = 0; n < pr.g.n; ++n) {
         pad_image<T>(pr.x, n, p, xp.data());
         for (int64_t oh = 0; oh < p.oh; ++oh) {
           row_fn(xp.data() + oh * p.pw, p, wpad.data(), bias.data(), pr.relu, planes.data());
+          if (nchw) {  // each channel's row as it is
+            for (int64_t co = 0; co < p.cout; ++co)
+              std::copy_n(planes.data() + co * p.owp, p.ow, image.data() + (co * p.oh + oh) * p.ow);
+            continue;
+          }
           for (int64_t ow = 0; ow < p.ow; ++ow)
             for (int64_t co = 0; co < p.cout; ++co)
               row[static_cast<size_t>(ow * p.cout + co)] =
@@ -273,6 +311,9 @@ void conv_direct_c1_fwd(const ConvFwdProblem& pr) {
           convert_row(row.data(), DType::f32, yb + ((n * p.oh + oh) * row_elems) * isz, ydt,
                       row_elems);
         }
+        if (nchw)
+          convert_row(image.data(), DType::f32, yb + n * p.cout * p.oh * p.ow * isz, ydt,
+                      p.cout * p.oh * p.ow);
       }
     }
   });
@@ -292,6 +333,7 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
   const DType ddt = pr.dy.dtype();
   const char* db_ = static_cast<const char*>(pr.dy.data_ptr());
   const int64_t img_elems = p.oh * p.ow * p.cout, isz = static_cast<int64_t>(dtype_size(ddt));
+  const bool nchw = !dense_nhwc(pr.dy, pr.g);
   visit_float(pr.x.dtype(), [&]<class T>() {
 #pragma omp parallel
     {
@@ -302,19 +344,24 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
       for (int64_t n = 0; n < N; ++n) {
         pad_image<T>(pr.x, n, p, xp.data());
         convert_row(db_ + n * img_elems * isz, ddt, dy32.data(), DType::f32, img_elems);
-        for (int64_t oh = 0; oh < p.oh; ++oh)
-          for (int64_t ow = 0; ow < p.ow; ++ow)
-            for (int64_t co = 0; co < p.cout; ++co)
-              planes[static_cast<size_t>((co * p.oh + oh) * p.owp + ow)] =
-                  dy32[static_cast<size_t>((oh * p.ow + ow) * p.cout + co)];
+        if (nchw) {  // each channel's rows into its plane
+          for (int64_t co = 0; co < p.cout; ++co)
+            for (int64_t oh = 0; oh < p.oh; ++oh)
+              std::copy_n(dy32.data() + (co * p.oh + oh) * p.ow, p.ow,
+                          planes.data() + (co * p.oh + oh) * p.owp);
+        } else {
+          for (int64_t oh = 0; oh < p.oh; ++oh)
+            for (int64_t ow = 0; ow < p.ow; ++ow)
+              for (int64_t co = 0; co < p.cout; ++co)
+                planes[static_cast<size_t>((co * p.oh + oh) * p.owp + ow)] =
+                    dy32[static_cast<size_t>((oh * p.ow + ow) * p.cout + co)];
+        }
         float* part = parts.data() + n * slot;
         for (int64_t co = 0; co < p.cout; ++co) {
           const float* plane = planes.data() + co * p.oh * p.owp;
           for (int64_t i = 0; i < p.kh; ++i)
             fn(plane, xp.data(), p, i, part + co * taps + i * p.kw);
-          float s = 0.0f;  // db: the plane in row order
-          for (int64_t k = 0; k < p.oh * p.owp; ++k) s += plane[k];
-          part[p.cout * taps + co] = s;
+          part[p.cout * taps + co] = plane_sum(plane, p.oh * p.owp);  // db
         }
       }
     }
