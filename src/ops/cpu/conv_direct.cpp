@@ -1,11 +1,10 @@
-// Direct convolution for single-input-channel layers (LeNet's first conv: 1 -> 6 channels, 5x5,
-// channels-last output, at most 8 channels; SimpleNet's: 1 -> 32 channels, 3x3, contiguous NCHW
-// output, at most 64), forward and backward-weights. im2col + GEMM is a poor fit there: the
-// reduction is 9-25 long and the GEMM's N is the channel count, so both the patch matrix and the
-// GEMM are memory-bound. This kernel keeps one zero-padded fp32 copy of each image in L1 and
-// accumulates in fp32 registers (8 output channels x one register of columns per block, every tap a
-// broadcast-FMA), then rounds once. Backward-data is not needed for a first layer (the data needs
-// no gradient); im2col covers it.
+// Direct convolution for single-input-channel layers with at most 8 output channels (LeNet's
+// first conv: 1 -> 6 channels, 5x5), channels-last or contiguous (NCHW) output, forward and
+// backward-weights. im2col + GEMM is a poor fit there: the reduction is 9-25 long and the GEMM's
+// N is the channel count, so both the patch matrix and the GEMM are memory-bound. This kernel keeps
+// one zero-padded fp32 copy of each image in L1 and accumulates in fp32 registers (8 output
+// channels x one register of columns per block, every tap a broadcast-FMA), then rounds once.
+// Backward-data is not needed for a first layer (the data needs no gradient); im2col covers it.
 //
 // Per image: xp = the image in fp32, zero-padded by the convolution's padding and widened to
 // whole 16-column units. Forward, per output row: for each block of 16 (AVX-512) or 8 (AVX2)
@@ -35,10 +34,9 @@ namespace mixprec::ops::cpu {
 using namespace detail;
 namespace {
 
-constexpr int64_t kCols = 16;         // the padding unit of a row: one AVX-512 register of f32
-constexpr int64_t kCoBlk = 8;         // output channels per block
-constexpr int64_t kMaxK = 7;          // largest kernel side handled
-constexpr int64_t kMaxCoutNchw = 64;  // output channels handled with a contiguous (NCHW) output
+constexpr int64_t kCols = 16;  // the padding unit of a row: one AVX-512 register of f32
+constexpr int64_t kCoBlk = 8;  // output channels per block
+constexpr int64_t kMaxK = 7;   // largest kernel side handled
 
 // One register of f32 per instruction set: 16 lanes with AVX-512, 8 with AVX2. The blocks are
 // one register wide, so a forward block keeps its 8 accumulators, the input vector and a
@@ -211,6 +209,15 @@ __attribute__((target("avx2,fma"))) float plane_sum(const float* p, int64_t n) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+// dst[0, n) = src[0, n) for a short row (an output row of 26 floats): whole 32-byte moves, then
+// single floats, inlined. std::copy_n became a memmove call per row, which cost more than the
+// convolution's arithmetic (213K calls per SimpleNet forward).
+inline void copy_row(float* dst, const float* src, int64_t n) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) std::memcpy(dst + k, src + k, 8 * sizeof(float));
+  for (; k < n; ++k) dst[k] = src[k];
+}
+
 using BwdFn = void (*)(const float*, const float*, const Plan&, int64_t, float*);
 
 template <int... KW> BwdFn pick_bwd(int64_t kw, bool avx512, std::integer_sequence<int, KW...>) {
@@ -239,17 +246,13 @@ std::string common_declines(const ConvGeometry& g, DType dt, const Tensor& image
     return "stride or dilation != 1";
   if (g.kh > kMaxK || g.kw > kMaxK) return "kernel larger than 7x7";
   if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16) return "not f32, bf16 or f16";
-  if (dense_nhwc(image, g)) {
-    // Past one 8-channel block the scalar interleave into channels-last order dominates, and
-    // im2col + GEMM (whose N is then a fair width) measures faster: 1 -> 32 channels 3x3 at
-    // batch 256, forward + backward-weights 16.4 ms direct vs 8.3 ms im2col (kernels_bench
-    // BM_first_conv, AVX-512); 1 -> 6 channels 5x5: 3.6 ms direct vs 5.5 ms im2col.
-    if (g.cout > kCoBlk)
-      return "more than 8 output channels channels-last (im2col + GEMM is faster there)";
-    return "";
-  }
-  // Contiguous (NCHW) output: each channel's row is written (read) straight from its plane.
-  if (dense_nchw(image)) return g.cout > kMaxCoutNchw ? "more than 64 output channels" : "";
+  // Past one 8-channel block im2col + GEMM (whose N is then a fair width) measures faster.
+  // Channels-last, the scalar interleave dominates: 1 -> 32 channels 3x3 at batch 256, forward +
+  // backward-weights 16.4 ms direct vs 8.3 ms im2col (kernels_bench BM_first_conv, AVX-512);
+  // 1 -> 6 channels 5x5: 3.6 ms direct vs 5.5 ms im2col. NCHW (SimpleNet's 1 -> 32), in the model
+  // at O0: forward 4.2 ms direct vs 3.3 ms im2col, and whole steps alternated 0.88-1.0x.
+  if (g.cout > kCoBlk) return "more than 8 output channels (im2col + GEMM is faster there)";
+  if (dense_nhwc(image, g) || dense_nchw(image)) return "";
   return "output (gradient) neither dense channels-last nor contiguous";
 }
 
@@ -301,7 +304,7 @@ void conv_direct_c1_fwd(const ConvFwdProblem& pr) {
           row_fn(xp.data() + oh * p.pw, p, wpad.data(), bias.data(), pr.relu, planes.data());
           if (nchw) {  // each channel's row as it is
             for (int64_t co = 0; co < p.cout; ++co)
-              std::copy_n(planes.data() + co * p.owp, p.ow, image.data() + (co * p.oh + oh) * p.ow);
+              copy_row(image.data() + (co * p.oh + oh) * p.ow, planes.data() + co * p.owp, p.ow);
             continue;
           }
           for (int64_t ow = 0; ow < p.ow; ++ow)
@@ -347,8 +350,8 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
         if (nchw) {  // each channel's rows into its plane
           for (int64_t co = 0; co < p.cout; ++co)
             for (int64_t oh = 0; oh < p.oh; ++oh)
-              std::copy_n(dy32.data() + (co * p.oh + oh) * p.ow, p.ow,
-                          planes.data() + (co * p.oh + oh) * p.owp);
+              copy_row(planes.data() + (co * p.oh + oh) * p.owp,
+                       dy32.data() + (co * p.oh + oh) * p.ow, p.ow);
         } else {
           for (int64_t oh = 0; oh < p.oh; ++oh)
             for (int64_t ow = 0; ow < p.ow; ++ow)
