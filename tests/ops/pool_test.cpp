@@ -293,6 +293,30 @@ TEST(MaxPool2d, ChannelsLastKernelMatchesReferenceOnEveryGeometry) {
   }
 }
 
+TEST(MaxPool2d, ChannelsLastKernelKeepsTheReferencesArgmaxWithInfAndNan) {
+  // Windows that are all -inf, start with -inf, start with NaN or hold a NaN later, for LeNet's
+  // 6 channels: the same maxima and the gradient routed to the same element as the reference.
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    std::vector<float> v = random({2, 6, 4, 6}, 55, DType::f32).to_vector<float>();
+    auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) -> float& { return v[static_cast<size_t>(((n * 6 + c) * 4 + h) * 6 + w)]; };
+    for (int64_t h : {0, 1})
+      for (int64_t w : {0, 1}) at(0, 0, h, w) = -INFINITY;  // a whole window
+    at(0, 1, 0, 0) = -INFINITY;                              // first of its window
+    at(0, 2, 0, 2) = NAN;                                    // first of its window
+    at(1, 3, 3, 5) = NAN;                                    // last of its window
+    at(1, 4, 2, 2) = -INFINITY;
+    at(1, 4, 2, 3) = NAN;
+    const Tensor x = channels_last(Tensor::from_vector(v, {2, 6, 4, 6}).astype(d));
+    for (const ops::Pool2dOptions& o : {ops::Pool2dOptions{}, ops::Pool2dOptions{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}}) {
+      const PoolFn fn = [o](const Tensor& t) { return ops::max_pool2d(t, o); };
+      const PoolRun fast = run_pool(fn, x, "nhwc_max");
+      const PoolRun ref = run_pool(fn, x, "ref");
+      EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0})) << dtype_name(d);
+      EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << dtype_name(d);
+    }
+  }
+}
+
 TEST(AdaptiveAvgPool2d, GlobalIsTheMeanOverHeightAndWidth) {
   const Tensor x = random({3, 5, 7, 6}, 61, DType::f32);
   EXPECT_TRUE(all_close(ops::adaptive_avg_pool2d(x, {1, 1}), ops::mean(x, {2, 3}, true)));

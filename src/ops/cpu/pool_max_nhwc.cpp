@@ -53,8 +53,7 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
   {
     // Per thread: the window's input rows widened to f32 (vectorised converter), and the
     // running max / argmax (argmax as f32, the same vector width, so the select vectorises).
-    std::vector<float> rows(static_cast<size_t>(g.kh * WC)), best(static_cast<size_t>(C)),
-        arg(static_cast<size_t>(C));
+    std::vector<float> rows(static_cast<size_t>(g.kh * WC)), arg(static_cast<size_t>(C));
     std::vector<float> out(static_cast<size_t>(g.ow * C));
     std::vector<char> valid(static_cast<size_t>(g.kh));
 #pragma omp for collapse(2) schedule(static)
@@ -67,7 +66,7 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
             convert_row(xb + (n * g.h + ih) * WC * es, dt, rows.data() + i * WC, DType::f32, WC);
         }
         for (int64_t ow = 0; ow < g.ow; ++ow) {
-          float* bp = best.data();
+          float* bp = out.data() + ow * C;  // the running max is the output row itself
           float* ap = arg.data();
           bool first = true;
           for (int64_t i = 0; i < g.kh; ++i) {
@@ -77,11 +76,16 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
               if (iw < 0 || iw >= g.w) continue;
               const float* px = rows.data() + i * WC + iw * C;
               const float idx = static_cast<float>(i * g.kw + j);
-              if (first) {
-                std::copy(px, px + C, bp);
-                std::fill(ap, ap + C, idx);
+              if (first) {  // -inf with the first tap's index, then that tap compared like the
+                            // others: the same max and first argmax (a -inf or NaN first value
+                            // included) without a memmove call per window, which with C = 6
+                            // (LeNet) cost more than the window's compares
+#pragma omp simd
+                for (int64_t c = 0; c < C; ++c) {
+                  bp[c] = -INFINITY;
+                  ap[c] = idx;
+                }
                 first = false;
-                continue;
               }
 #pragma omp simd
               for (int64_t c = 0; c < C; ++c) {
@@ -94,7 +98,6 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
               }
             }
           }
-          std::copy(bp, bp + C, out.data() + ow * C);
           if (wb) {
             uint8_t* w = wb + ((n * g.oh + oh) * g.ow + ow) * C;
             for (int64_t c = 0; c < C; ++c) w[c] = static_cast<uint8_t>(ap[c]);
