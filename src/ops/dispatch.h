@@ -200,8 +200,8 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
       if (impl.device == p.device().type)
         declined += std::string(declined.empty() ? "" : "; ") + std::string(impl.name) + ": " +
                     (!forced.empty() && impl.name != forced ? "not the forced implementation"
-                     : detail::kernel_disabled(impl.name)  ? "disabled by MIXPREC_DISABLE_KERNELS"
-                                                           : impl.declines(p));
+                     : detail::kernel_disabled(impl.name)   ? "disabled by MIXPREC_DISABLE_KERNELS"
+                                                            : impl.declines(p));
   MIXPREC_CHECK(false, op_name(op), " ", phase, ": no implementation accepts ", p.describe(), " (",
                 declined.empty() ? "none registered for " + p.device().str() : declined, ")");
 }
