@@ -78,7 +78,10 @@ TEST(Provenance, NamesTheOverflowingCellAndPromoteRecoversFp32AccuracySlow) {
     EXPECT_EQ(promoted.events[i].event.phase, "backward")
         << "after the promotion only the dynamic scaler's own gradient overflows remain: "
         << train::describe(promoted.events[i].event);
-  EXPECT_NEAR(promoted.accuracy, fp32.accuracy, 0.005) << "fp32 " << fp32.accuracy;
+  // Recovered: not more than a point below fp32. A change of one kernel's summation order moves
+  // this 2-epoch training's accuracy by about that much (with the skinny GEMM kernels the promoted
+  // run reached 0.840 against fp32's 0.832), so a two-sided half point failed on noise.
+  EXPECT_GE(promoted.accuracy, fp32.accuracy - 0.01) << "fp32 " << fp32.accuracy;
 }
 
 TEST(Provenance, NanInTheInputIsAForwardNanNotALossScaleProblem) {
