@@ -277,12 +277,15 @@ TEST(Pool2d, ChannelsLastInputGivesChannelsLastOutputAndSameValues) {
 }
 
 TEST(MaxPool2d, ChannelsLastKernelMatchesReferenceOnEveryGeometry) {
-  // nhwc_max forced on every case (padding, ceil mode, overlapping and rectangular windows),
-  // with ties: the same maxima, and the gradient routed to the same (first) argmax.
+  // nhwc_max forced on every case (padding, ceil mode, overlapping and rectangular windows; the
+  // dense path for few channels and the per-window one), with ties: the same maxima, and the
+  // gradient routed to the same (first) argmax.
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     for (const PoolCase& c : cases()) {
       const PoolFn fn = [o = c.o](const Tensor& x) { return ops::max_pool2d(x, o); };
-      for (const Tensor& x : {channels_last(random(c.x, 53, d)), channels_last(with_ties(c.x, 54, d))}) {
+      // All-negative values too: a padded row or column wrongly counted as 0 would win.
+      for (const Tensor& x : {channels_last(random(c.x, 53, d)), channels_last(with_ties(c.x, 54, d)),
+                              channels_last(random(c.x, 56, d, -1.0, -0.1))}) {
         const PoolRun fast = run_pool(fn, x, "nhwc_max");
         const PoolRun ref = run_pool(fn, x, "ref");
         EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0})) << c.name << " " << dtype_name(d);
