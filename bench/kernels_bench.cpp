@@ -286,6 +286,18 @@ void BM_first_conv(benchmark::State& state, const char* impl) {
   else set_ratio(state, "x_im2col", key, rate);
 }
 
+// Max pooling 2x2 forward on channels-last bf16 at batch 256: LeNet's two layers (6 channels 28x28,
+// 16 channels 10x10) and convnet-bn's first (32 channels 28x28). Args: channels, side.
+void BM_max_pool(benchmark::State& state) {
+  Generator gen(9);
+  const int64_t c = state.range(0), h = state.range(1);
+  const Tensor x = randn({256, h, h, c}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2});
+  NoGradGuard ng;
+  benchmark::DoNotOptimize(ops::max_pool2d(x, {}));
+  for (auto _ : state) benchmark::DoNotOptimize(ops::max_pool2d(x, {}));
+  set_rate(state, "bytes", 2.0 * static_cast<double>(x.numel()));
+}
+
 // SimpleNet's Dense layer (in 21632, out 10) at batch 256: the forward x W^T, backward-data
 // dy W and backward-weights dy^T x as plain matmuls with the same operand layouts. Arg: 0
 // forward, 1 backward-data, 2 backward-weights. The impl "" is dispatch's choice; the f32 row
@@ -437,6 +449,7 @@ BENCHMARK_CAPTURE(BM_momentum_step, amp_bf16_copies, true)->Apply(timed);
 // chunk to f32 where bf16 is emulated (no AVX-512), in bf16 through oneDNN where it is native.
 BENCHMARK_CAPTURE(BM_first_conv, im2col, cpu_features().avx512f ? "im2col_gemm" : "im2col_gemm_via_f32")->Args({256, 6, 5, 2, 0})->Args({256, 32, 3, 0, 0})->Args({256, 32, 3, 1, 0})->Args({256, 32, 3, 0, 1})->Apply(timed);
 BENCHMARK_CAPTURE(BM_first_conv, dispatch, "")->Args({256, 6, 5, 2, 0})->Args({256, 32, 3, 0, 0})->Args({256, 32, 3, 1, 0})->Args({256, 32, 3, 0, 1})->Apply(timed);
+BENCHMARK(BM_max_pool)->Args({6, 28})->Args({16, 10})->Args({32, 28})->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, f32_onednn, DType::f32, "onednn")->DenseRange(0, 2)->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, f32, DType::f32, "")->DenseRange(0, 2)->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, bf16_via_f32, DType::bf16, "low_via_f32")->DenseRange(0, 2)->Apply(timed);
