@@ -37,6 +37,10 @@ struct Plan::Recorder final : detail::CaptureRecorder {
   uint64_t first_id = 0;  // storages with this id or above were made during the capture
   std::string failure;
 
+  // Who holds each storage made during the capture (defined below, used by plan_memory).
+  fusion::Holdings holdings(const std::vector<std::function<void()>>& kernels_,
+                            const std::vector<Tensor>& outputs);
+
   void record(std::function<void()> work) override { kernels->push_back(std::move(work)); }
   void owns(const TensorImpl* t) override { owned[t].push_back(static_cast<int64_t>(kernels->size()) - 1); }
   void writes(const Storage* s) override {
@@ -164,8 +168,9 @@ int64_t assign_offsets(std::vector<Buffer>& buffers) {
 // of exactly the tensors it captured, so each view's holders are the kernels whose copy raised
 // it. A storage is internal when nothing outside the plan explains a reference to it (inputs,
 // outputs, parameters, buffers and caches are held elsewhere) and the host never wrote it.
-fusion::Holdings Plan::holdings(const std::vector<Tensor>& outputs) const {
-  Recorder& r = *rec_;
+fusion::Holdings Plan::Recorder::holdings(const std::vector<std::function<void()>>& kernels_,
+                                          const std::vector<Tensor>& outputs) {
+  Recorder& r = *this;
   std::unordered_map<const TensorImpl*, long> base;
   for (auto& [key, impl] : r.impls) base.emplace(key, impl.use_count());
   std::unordered_map<const TensorImpl*, std::vector<int64_t>> held_by;  // kernel, once per ref
@@ -219,8 +224,9 @@ void Plan::plan_memory(const std::vector<Tensor>& outputs) {
   std::vector<fusion::Alias> aliases;
   if (fuse_env == nullptr || std::string_view(fuse_env) != "0") {
     const bool verbose = ops::verbose_level() > 0;
-    stats_.fused = fusion::fuse(kernels_, holdings(outputs), verbose);
-    stats_.casts_elided = fusion::elide_round_trip_casts(kernels_, holdings(outputs), aliases, verbose);
+    stats_.fused = fusion::fuse(kernels_, r.holdings(kernels_, outputs), verbose);
+    stats_.casts_elided = fusion::elide_round_trip_casts(kernels_, r.holdings(kernels_, outputs), aliases,
+                                                         verbose);
   }
   // A storage that aliases another (through a chain of them, oldest first) keeps that one's
   // buffer alive until its own last use, and takes no buffer itself.
@@ -232,7 +238,7 @@ void Plan::plan_memory(const std::vector<Tensor>& outputs) {
     while (alias_of.count(root)) root = alias_of[root]->target.get();
     alias_last[root] = std::max(alias_last[root], a.last);
   }
-  const fusion::Holdings holds = holdings(outputs);
+  const fusion::Holdings holds = r.holdings(kernels_, outputs);
   const auto end = static_cast<int64_t>(kernels_.size()) - 1;
   std::vector<Buffer> buffers;
   for (auto& [key, h] : holds) {

@@ -9,16 +9,11 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "mixprec/tensor.h"
 
 namespace mixprec::graph {
-namespace fusion {
-struct Holding;
-using Holdings = std::unordered_map<const Storage*, Holding>;
-}  // namespace fusion
 
 struct PlanStats {
   int64_t kernels = 0;           // kernel calls replayed in order (after fusion)
@@ -58,7 +53,6 @@ class Plan {
  private:
   struct Recorder;
   Plan() = default;
-  fusion::Holdings holdings(const std::vector<Tensor>& outputs) const;
   std::shared_ptr<Storage> arena_;  // declared first: destroyed after the kernels that use it
   std::vector<std::function<void()>> kernels_;
   std::unique_ptr<Recorder> rec_;   // what capture saw, until plan_memory
