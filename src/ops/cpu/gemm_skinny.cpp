@@ -44,12 +44,10 @@ constexpr int64_t kNc = 256;     // rows: columns per parallel task
 constexpr int64_t kDotCols = 6;  // dot: columns per micro-tile
 constexpr int64_t kRowsMr = 6;   // rows: rows per micro-tile
 
-// 8 consecutive values of a T array as f32 (exact for the 16-bit types).
+// 8 consecutive bf16 or f16 values as f32 (exact).
 template <class T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load8(const T* p) {
-  if constexpr (std::is_same_v<T, float>) {
-    return _mm256_loadu_ps(p);
-  } else if constexpr (std::is_same_v<T, bf16>) {
+  if constexpr (std::is_same_v<T, bf16>) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   } else {
@@ -104,21 +102,13 @@ template <class T> void dot_run(const MatmulProblem& p, float* total) {
   const int64_t M = p.a.size(-2), K = p.a.size(-1), N = p.b.size(-1);
   const int64_t lda = p.a.strides()[p.a.dim() - 2], ldb = p.b.strides()[p.b.dim() - 1];
   const T* a = static_cast<const T*>(p.a.data_ptr());
-  // The weight rows in f32 (w[n] = column n of b), contiguous along K.
-  std::vector<float> wbuf;
-  const float* w;
-  int64_t ldw;
-  if constexpr (std::is_same_v<T, float>) {
-    w = static_cast<const float*>(p.b.data_ptr());
-    ldw = ldb;
-  } else {
-    wbuf.resize(static_cast<size_t>(N * K));
-    for (int64_t n = 0; n < N; ++n)
-      convert_row(static_cast<const T*>(p.b.data_ptr()) + n * ldb, p.b.dtype(), wbuf.data() + n * K,
-                  DType::f32, K);
-    w = wbuf.data();
-    ldw = K;
-  }
+  // The weight rows widened to f32 (w[n] = column n of b), contiguous along K.
+  std::vector<float> wbuf(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n)
+    convert_row(static_cast<const T*>(p.b.data_ptr()) + n * ldb, p.b.dtype(), wbuf.data() + n * K,
+                DType::f32, K);
+  const float* w = wbuf.data();
+  const int64_t ldw = K;
   const int64_t k8 = K / 8 * 8, tasks = (M + kMc - 1) / kMc;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < tasks; ++t) {
@@ -233,16 +223,25 @@ std::string common_declines(const MatmulProblem& p) {
   const CpuFeatures& f = cpu_features();
   if (!(f.avx2 && f.fma && f.f16c)) return "needs AVX2, FMA and F16C";
   const DType dt = p.a.dtype();
-  if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16) return "not f32, bf16 or f16";
+  if (dt == DType::f32) return "f32 (oneDNN measured as fast or faster)";
+  if (dt != DType::bf16 && dt != DType::f16) return "not bf16 or f16";
   if (p.b.dtype() != dt) return "operands of different dtypes";
   if (p.out.dtype() != dt && p.out.dtype() != DType::f32) return "output neither f32 nor a's dtype";
-  // bf16 is native in oneDNN with AVX-512; f32 is oneDNN's too where it measured faster.
+  // bf16 is native in oneDNN with AVX-512.
   if (dt == DType::bf16 && f.avx512f) return "bf16 is computed natively on AVX-512 (oneDNN)";
   for (int64_t d = 0; d + 2 < p.out.dim(); ++d)
     if (p.out.size(d) != 1) return "batched";
   if (p.out.numel() == 0 || p.a.size(-1) == 0) return "empty";
   if (p.bias.defined() && !p.bias.is_contiguous()) return "bias not contiguous";
   return "";
+}
+
+// fn.template operator()<T>() for T = bf16 or f16, the dtypes common_declines lets through.
+template <class F> void visit_16bit(DType d, F&& fn) {
+  if (d == DType::bf16)
+    fn.template operator()<bf16>();
+  else
+    fn.template operator()<f16>();
 }
 
 std::vector<float> f32_bias(const MatmulProblem& p) {
@@ -262,17 +261,13 @@ std::string gemm_skinny_dot_declines(const MatmulProblem& p) {
   if (K < 64) return "reduction shorter than 64";
   if (p.a.strides()[p.a.dim() - 1] != 1) return "a not contiguous along K";
   if (p.b.strides()[p.b.dim() - 2] != 1) return "b not contiguous along K";
-  if (p.a.dtype() == DType::f32) return "f32 (oneDNN measured faster)";
   return "";
 }
 
 void gemm_skinny_dot(const MatmulProblem& p) {
   const int64_t M = p.a.size(-2), N = p.b.size(-1);
   std::vector<float> total(static_cast<size_t>(M * N));
-  visit_float(p.a.dtype(), [&]<class T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
-      dot_run<T>(p, total.data());
-  });
+  visit_16bit(p.a.dtype(), [&]<class T>() { dot_run<T>(p, total.data()); });
   const std::vector<float> bias = f32_bias(p);
   const int64_t osz = static_cast<int64_t>(dtype_size(p.out.dtype()));
   for (int64_t m = 0; m < M; ++m)
@@ -286,7 +281,6 @@ std::string gemm_skinny_rows_declines(const MatmulProblem& p) {
   if (M > kSmall && K > kSmall) return "neither M nor K at most 16";
   if (N < 16) return "fewer than 16 columns";
   if (p.b.strides()[p.b.dim() - 1] != 1) return "b not row-major";
-  if (p.a.dtype() == DType::f32) return "f32 (oneDNN measured faster)";
   return "";
 }
 
@@ -295,16 +289,13 @@ void gemm_skinny_rows(const MatmulProblem& p) {
   // a as a row-major f32 [M][K] copy: small, since M or K is at most 16 (a [256, 10] gradient).
   std::vector<float> af(static_cast<size_t>(M * K));
   const int64_t s0 = p.a.strides()[p.a.dim() - 2], s1 = p.a.strides()[p.a.dim() - 1];
-  visit_float(p.a.dtype(), [&]<class T>() {
+  const std::vector<float> bias = f32_bias(p);
+  visit_16bit(p.a.dtype(), [&]<class T>() {
     const T* a = static_cast<const T*>(p.a.data_ptr());
     for (int64_t i = 0; i < M; ++i)
       for (int64_t r = 0; r < K; ++r)
         af[static_cast<size_t>(i * K + r)] = static_cast<float>(load(a[i * s0 + r * s1]));
-  });
-  const std::vector<float> bias = f32_bias(p);
-  visit_float(p.a.dtype(), [&]<class T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
-      rows_run<T>(p, af, bias.empty() ? nullptr : bias.data());
+    rows_run<T>(p, af, bias.empty() ? nullptr : bias.data());
   });
 }
 
