@@ -320,7 +320,8 @@ std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int
     for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
   if (!a.trace.empty()) callbacks.emplace_back(run.trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
   if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, s.settings));
-  callbacks.emplace_back(train::LambdaCallback([](train::RunContext& c) { c.stop_requested |= StopSignals::received() != 0; }));
+  callbacks.emplace_back(train::LambdaCallback(
+      [](train::RunContext& c) { c.stop_requested |= StopSignals::received() != 0; }, /*may_lag=*/true));
   return callbacks;
 }
 

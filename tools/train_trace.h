@@ -21,6 +21,7 @@ class TraceWriter : public train::Callback {
   TraceWriter(const std::string& path, int64_t resume_step);
   void on_step_end(train::RunContext& c) override;
   void on_train_end(train::RunContext& c) override;
+  bool may_lag() const override { return true; }  // writes the RunContext only
   // The write error that stopped training ("" if none).
   const std::string& error() const { return error_; }
 

@@ -3,6 +3,8 @@
 // versions of the tensors it writes.
 #include "mixprec/ops/amp_device.h"
 
+#include <cstdint>
+
 #include "ops/amp_problem.h"
 #include "ops/dispatch.h"
 
@@ -12,6 +14,9 @@ std::string AmpUnscaleProblem::describe() const {
   return std::to_string(grads.size()) + " gradients on " + device().str();
 }
 std::string AmpUpdateScaleProblem::describe() const { return "scale on " + device().str(); }
+std::string AmpAdvanceStepProblem::describe() const {
+  return std::to_string(table.defined() ? table.size(0) : 0) + " table rows on " + device().str();
+}
 std::string FusedMomentumProblem::describe() const {
   return std::to_string(params.size()) + " parameters on " + device().str() +
          (working.empty() ? "" : ", with working copies");
@@ -83,7 +88,7 @@ void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const 
 void fused_momentum_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                      const std::vector<Tensor>& velocity, const std::vector<Tensor>& working,
                      const Tensor& found_inf, const Tensor& inv_scale,
-                     const FusedMomentumOptions& options) {
+                     const FusedMomentumOptions& options, const Tensor& lr) {
   constexpr std::string_view op = "fused_momentum_";
   if (params.empty()) return;
   const Device device = params.front().device();
@@ -98,12 +103,38 @@ void fused_momentum_(const std::vector<Tensor>& params, const std::vector<Tensor
   }
   if (found_inf.defined()) check_flag(op, "found_inf", found_inf, DType::f32, device);
   if (inv_scale.defined()) check_flag(op, "inv_scale", inv_scale, DType::f32, device);
+  if (lr.defined())
+    MIXPREC_CHECK(
+        lr.numel() >= 1 && lr.dtype() == DType::f32 && lr.is_contiguous() && lr.device() == device,
+        op, ": lr must be a contiguous f32 tensor on ", device.str(), ", got ", desc(lr));
   const MomentumStep step{static_cast<float>(options.lr), static_cast<float>(options.momentum),
                           static_cast<float>(options.weight_decay), options.nesterov};
   dispatch(OpId::fused_momentum, "update",
-           FusedMomentumProblem{params, grads, velocity, working, found_inf, inv_scale, step});
+           FusedMomentumProblem{params, grads, velocity, working, found_inf, inv_scale, step, lr});
   for (const auto* list : {&params, &velocity, &working})
     for (const Tensor& t : *list) t.storage()->bump_version();
+}
+
+void amp_advance_step_(const Tensor& count, const Tensor& found_inf, const Tensor& table,
+                       int64_t base, const Tensor& out) {
+  constexpr std::string_view op = "amp_advance_step_";
+  check_flag(op, "count", count, DType::i32, count.defined() ? count.device() : Device::cpu());
+  const Device device = count.device();
+  if (found_inf.defined()) check_flag(op, "found_inf", found_inf, DType::f32, device);
+  MIXPREC_CHECK(table.defined() && table.dim() == 2 && table.size(0) >= 1 && table.size(1) >= 1 &&
+                    table.dtype() == DType::f32 && table.is_contiguous() &&
+                    table.device() == device,
+                op, ": table must be a contiguous f32 [rows, width] tensor on ", device.str(),
+                ", got ", table.defined() ? desc(table) : std::string("undefined"));
+  MIXPREC_CHECK(out.defined() && out.numel() == table.size(1) && out.dtype() == DType::f32 &&
+                    out.is_contiguous() && out.device() == device,
+                op, ": out must be a contiguous f32 tensor of ", table.size(1), " elements on ",
+                device.str(), ", got ", out.defined() ? desc(out) : std::string("undefined"));
+  MIXPREC_CHECK(base >= 0 && base <= INT32_MAX, op, ": base must be in [0, 2^31), got ", base);
+  dispatch(OpId::amp_advance_step, "update",
+           AmpAdvanceStepProblem{count, found_inf, table, out, base});
+  count.storage()->bump_version();
+  out.storage()->bump_version();
 }
 
 }  // namespace mixprec::ops

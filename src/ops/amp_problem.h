@@ -50,13 +50,29 @@ struct MomentumStep {
 
 // For every i unless found_inf != 0 (then nothing is written): g = grads[i] * inv_scale, the
 // MomentumStep on params[i] (f32 master) and velocity[i] (f32), then working[i] (f16/bf16, when
-// given) = params[i] rounded once.
+// given) = params[i] rounded once. With lr defined, the step's learning rate is lr's first
+// element, read on the device (step.lr is ignored).
 struct FusedMomentumProblem {
   std::vector<Tensor> params, grads, velocity, working;  // working: empty or one per param
   Tensor found_inf;                                      // undefined: never skip
   Tensor inv_scale;                                      // undefined: 1
   MomentumStep step{};
+  Tensor lr;  // f32, at least one element; undefined: step.lr
   Device device() const { return params.front().device(); }
+  std::string describe() const;
+};
+
+// The optimizer's step count on the device, so that a step's learning rate never waits for the
+// host to learn whether the steps still in flight were skipped. count (i32 [1]) is the number of
+// applied updates; the host knows it is at least `base`, and row j of `table` (f32 [rows, width])
+// holds the step-dependent scalars of update base + j (optim::Optimizer::step_scalars). The
+// kernel copies row count - base into `out` (f32 [width]) and then, unless found_inf (f32 [1];
+// undefined: never) is set, adds 1 to count. A count outside the table writes NaN into `out`
+// (the host's bookkeeping is wrong; the update then poisons the weights visibly).
+struct AmpAdvanceStepProblem {
+  Tensor count, found_inf, table, out;
+  int64_t base = 0;
+  Device device() const { return count.device(); }
   std::string describe() const;
 };
 

@@ -122,18 +122,36 @@ void Optimizer::follow_parameters() {
   to(device);  // nothing when the state is there already
 }
 
-void Optimizer::fused_step(const std::vector<Tensor>&, const Tensor&, const Tensor&, int64_t) {
+void Optimizer::fused_step(const std::vector<Tensor>&, const Tensor&, const Tensor&, const Tensor&) {
   MIXPREC_CHECK(false, name_, ": no multi-tensor update on ", params_.front().device().str(),
                 " yet (Momentum and SGD have one)",
                 Hint{"use Momentum or SGD on a CUDA device, or train on the CPU"});
 }
 
+Tensor Optimizer::step_scalars_on(Device device) const {
+  const std::vector<double> v = step_scalars(step_);
+  std::vector<float> f(v.begin(), v.end());
+  return Tensor::from_data(f.data(), DType::f32, {static_cast<int64_t>(f.size())},
+                           {.dtype = DType::f32, .device = device});
+}
+
+void Optimizer::check_step_scalars(const Tensor& scalars) const {
+  MIXPREC_CHECK(scalars.defined() && scalars.dtype() == DType::f32 && scalars.is_contiguous() &&
+                    scalars.numel() == step_scalars_width() && scalars.device() == params_.front().device(),
+                name_, ": the step's scalars must be a contiguous f32 tensor of ", step_scalars_width(),
+                " elements on ", params_.front().device().str(), " (step_scalars), got ",
+                scalars.defined() ? std::string(dtype_name(scalars.dtype())) + " " + shape_str(scalars.shape()) +
+                                        " on " + scalars.device().str()
+                                  : std::string("undefined"));
+}
+
 void Optimizer::fused_momentum_step(const std::vector<Tensor>& grads,
                                     const std::vector<Tensor>& velocity, const Tensor& found_inf,
-                                    const Tensor& inv_scale, int64_t lr_step, double momentum,
+                                    const Tensor& inv_scale, const Tensor& scalars, double momentum,
                                     bool nesterov) {
   MIXPREC_CHECK(grads.size() == params_.size(), name_, ": expected ", params_.size(),
                 " gradients (one per parameter), got ", grads.size());
+  check_step_scalars(scalars);
   NoGradGuard ng;
   std::vector<Tensor> p, g, v, w;
   std::vector<size_t> updated;
@@ -146,8 +164,8 @@ void Optimizer::fused_momentum_step(const std::vector<Tensor>& grads,
     if (!working_.empty()) w.push_back(working_[i]);
   }
   ops::fused_momentum_(p, g, v, w, found_inf, inv_scale,
-                       {.lr = lr_.at(lr_step), .momentum = momentum,
-                        .weight_decay = weight_decay_, .nesterov = nesterov});
+                       {.momentum = momentum, .weight_decay = weight_decay_, .nesterov = nesterov},
+                       scalars);
   if (cache_)  // the versions moved on: the refreshed copies are the cache's again
     for (size_t i : updated) cache_->store(params_[i], working_[i], /*persistent=*/true);
 }
@@ -186,7 +204,7 @@ void Optimizer::step(const std::vector<Tensor>& grads, double grad_scale) {
   NoGradGuard ng;
   const Device device = params_.front().device();
   if (device.is_cuda()) {  // one multi-tensor op on the device, the scale as an f32 [1] there
-    fused_step(grads, Tensor(), full({1}, grad_scale, {.device = device}), step_);
+    fused_step(grads, Tensor(), full({1}, grad_scale, {.device = device}), step_scalars_on(device));
     ++step_;
     return;
   }
@@ -201,7 +219,7 @@ void Optimizer::step() {
   if (params_.front().device().is_cuda()) {
     std::vector<Tensor> grads;
     for (const Tensor& p : params_) grads.push_back(p.grad());
-    fused_step(grads, Tensor(), Tensor(), step_);
+    fused_step(grads, Tensor(), Tensor(), step_scalars_on(params_.front().device()));
     ++step_;
     return;
   }
@@ -256,11 +274,11 @@ Momentum::Momentum(std::vector<Tensor> params, LearningRate lr, double momentum,
 }
 
 void Momentum::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                          const Tensor& inv_scale, int64_t lr_step) {
+                          const Tensor& inv_scale, const Tensor& scalars) {
   follow_parameters();
   std::vector<Tensor> velocity;
   for (const std::vector<Tensor>& s : slots()) velocity.push_back(s[0]);
-  fused_momentum_step(grads, velocity, found_inf, inv_scale, lr_step, momentum_, nesterov_);
+  fused_momentum_step(grads, velocity, found_inf, inv_scale, scalars, momentum_, nesterov_);
 }
 
 void Momentum::update(const UpdateArgs& a) {
@@ -277,7 +295,7 @@ SGD::SGD(std::vector<Tensor> params, LearningRate lr, double wd)
     : Optimizer(std::move(params), std::move(lr), wd, 0, "SGD") {}
 
 void SGD::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                     const Tensor& inv_scale, int64_t lr_step) {
+                     const Tensor& inv_scale, const Tensor& scalars) {
   follow_parameters();
   const std::vector<Tensor>& params = parameters();
   if (scratch_.size() != params.size() || scratch_.front().device() != params.front().device()) {
@@ -285,7 +303,7 @@ void SGD::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
     for (const Tensor& p : params) scratch_.push_back(Tensor::empty(p.shape(), {.device = p.device()}));
   }
   for (Tensor& v : scratch_) v.fill_(0.0);  // momentum 0 * v must not see an earlier inf
-  fused_momentum_step(grads, scratch_, found_inf, inv_scale, lr_step, 0.0, false);
+  fused_momentum_step(grads, scratch_, found_inf, inv_scale, scalars, 0.0, false);
 }
 
 void SGD::update(const UpdateArgs& a) {
@@ -310,8 +328,8 @@ void Adam::update(const UpdateArgs& a) {
   const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
   const float lr = static_cast<float>(a.lr), eps = static_cast<float>(eps_);
   const float wd = static_cast<float>(a.weight_decay);
-  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(beta1_, static_cast<double>(a.step))));
-  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(beta2_, static_cast<double>(a.step))));
+  const std::vector<double> scalars = step_scalars(a.step - 1);  // a.step counts this update
+  const float c1 = static_cast<float>(scalars[1]), c2 = static_cast<float>(scalars[2]);
   float* p = a.p;
   float* m = a.state[0];
   float* v = a.state[1];
@@ -325,8 +343,13 @@ void Adam::update(const UpdateArgs& a) {
   });
 }
 
+std::vector<double> Adam::step_scalars(int64_t step) const {
+  const double t = static_cast<double>(step + 1);
+  return {lr_schedule().at(step), 1.0 / (1.0 - std::pow(beta1_, t)), 1.0 / (1.0 - std::pow(beta2_, t))};
+}
+
 void Adam::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                      const Tensor& inv_scale, int64_t lr_step) {
+                      const Tensor& inv_scale, const Tensor& scalars) {
   follow_parameters();
   const std::vector<Tensor>& params = parameters();
   MIXPREC_CHECK(grads.size() == params.size(), name(), ": expected ", params.size(),
@@ -334,9 +357,10 @@ void Adam::fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
   NoGradGuard ng;
   AutocastScope as_is(AutocastState{});  // f32 throughout, whatever the caller's scope
   using namespace ops;
-  const double lr = lr_schedule().at(lr_step), wd = weight_decay();
-  const double step = static_cast<double>(lr_step + 1);
-  const double c1 = 1.0 / (1.0 - std::pow(beta1_, step)), c2 = 1.0 / (1.0 - std::pow(beta2_, step));
+  check_step_scalars(scalars);
+  const double wd = weight_decay();
+  // The step's scalars as [1] tensors on the device (broadcast against each parameter).
+  const Tensor lr = scalars.slice(0, 0, 1), c1 = scalars.slice(0, 1, 2), c2 = scalars.slice(0, 2, 3);
   const Tensor skip = found_inf.defined() ? found_inf.astype(DType::boolean) : Tensor();
   for (size_t i = 0; i < params.size(); ++i) {
     if (!grads[i].defined()) continue;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
@@ -82,6 +83,7 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
   network_.set_train(true);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
+  auto epoch_t0 = t0;  // when the current epoch began
   RunContext ctx;
   ctx.epochs = epochs;
   ctx.steps_per_epoch = ds.num_batches();
@@ -95,23 +97,43 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
     check_sharding(ds, ctx.group_size);
   }
   for (auto& cb : callbacks) cb->on_train_begin(ctx);
+  // A device step returns before its outcome is known. When every callback can take its
+  // on_step_end late (Callback::may_lag), the steps' outcomes are delivered as they come back, in
+  // order, and the host queues the next step meanwhile; otherwise each step is waited for.
+  bool lag = step.steps_complete_later();
+  for (auto& cb : callbacks) lag = lag && cb->may_lag();
+  struct Queued {  // what a step's RunContext says besides its outcome, kept until it is delivered
+    int64_t attempt, step_in_epoch, global_step;
+  };
+  std::deque<Queued> queued;
+  auto deliver = [&](bool wait) {
+    if (queued.empty()) return;
+    if (wait) step.sync();
+    const int64_t done = step.poll_steps();
+    while (!queued.empty() && queued.front().attempt <= done) {
+      const Queued q = queued.front();
+      queued.pop_front();
+      ctx.step = step.completed_step(q.attempt);
+      ctx.step_in_epoch = q.step_in_epoch;
+      ctx.global_step = q.global_step;
+      ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - epoch_t0).count();
+      ctx.train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+      for (auto& cb : callbacks) cb->on_step_end(ctx);
+    }
+  };
   for (int64_t e = options.initial_epoch; e < epochs && !ctx.stop_requested; ++e) {
     ctx.epoch = e;
-    const auto te = clock::now();
+    epoch_t0 = clock::now();
     for (auto& cb : callbacks) cb->on_epoch_begin(ctx);
     const int64_t first = e == options.initial_epoch ? options.start_batch : 0;
     for (const dataset::Batch& batch : ds.epoch(e, first)) {
       const auto [x, y] = upload(batch);
       (void)step(x, y);
       ++global_step_;
-      ctx.step = step.last_step();  // a device step: waits for its flag and loss (amp.h)
-      ctx.step_in_epoch = batch.index + 1;
-      ctx.global_step = global_step_;
-      ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - te).count();
-      ctx.train_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+      queued.push_back({step.attempted_steps(), batch.index + 1, global_step_});
       next_epoch_ = batch.index + 1 == ds.num_batches() ? e + 1 : e;
       next_batch_ = batch.index + 1 == ds.num_batches() ? 0 : batch.index + 1;
-      for (auto& cb : callbacks) cb->on_step_end(ctx);
+      deliver(/*wait=*/!lag);  // a device step without lag: waits for its flag and loss (amp.h)
       if (options.max_steps >= 0 && global_step_ >= options.max_steps) ctx.stop_requested = true;
       if (parallel) {  // a stop on one rank (a signal, a callback) stops all after this step
         double stop = ctx.stop_requested ? 1.0 : 0.0;
@@ -120,7 +142,9 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
       }
       if (ctx.stop_requested) break;
     }
-    ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - te).count();
+    deliver(/*wait=*/true);
+    ctx.global_step = global_step_;
+    ctx.epoch_seconds = std::chrono::duration<double>(clock::now() - epoch_t0).count();
     for (auto& cb : callbacks) cb->on_epoch_end(ctx);
   }
   ctx.train_seconds = std::chrono::duration<double>(clock::now() - t0).count();

@@ -90,5 +90,41 @@ TEST(AmpDevice, MismatchedListsAndFlagsAreClearErrors) {
             std::string::npos);
 }
 
+// The device-side step count: row count - base of the table, then count + 1 unless the flag is
+// set; a count outside the table gives NaN (hand-computed).
+TEST(AmpDevice, AdvanceStepPicksTheCountsRowAndCountsAppliedUpdates) {
+  const Tensor table = Tensor::from_vector(std::vector<float>{0.5f, 10.f, 0.25f, 20.f, 0.125f, 30.f}, {3, 2});
+  const Tensor count = full({1}, 7.0, {.dtype = DType::i32}), out = zeros({2});
+  ops::amp_advance_step_(count, scalar_f32(0.0f), table, 6, out);  // row 1, applied
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{0.25f, 20.f}));
+  EXPECT_EQ(count.item(), 8.0);
+  ops::amp_advance_step_(count, scalar_f32(1.0f), table, 6, out);  // row 2, skipped
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{0.125f, 30.f}));
+  EXPECT_EQ(count.item(), 8.0);
+  ops::amp_advance_step_(count, Tensor(), table, 8, out);  // row 0, no flag: always applied
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{0.5f, 10.f}));
+  EXPECT_EQ(count.item(), 9.0);
+  ops::amp_advance_step_(count, Tensor(), table, 5, out);  // row 4 of 3: the bookkeeping is wrong
+  EXPECT_TRUE(std::isnan(out.to_vector<float>()[0]) && std::isnan(out.to_vector<float>()[1]));
+  ops::amp_advance_step_(count, Tensor(), table, 11, out);  // row -1
+  EXPECT_TRUE(std::isnan(out.to_vector<float>()[0]));
+  EXPECT_THROW(ops::amp_advance_step_(count, Tensor(), table, 0, zeros({3})), Error) << "out of the wrong width";
+  EXPECT_THROW(ops::amp_advance_step_(zeros({1}), Tensor(), table, 0, out), Error) << "an f32 count";
+  EXPECT_THROW(ops::amp_advance_step_(count, Tensor(), table.reshape({6}), 0, out), Error) << "a 1-D table";
+}
+
+// fused_momentum_ with the learning rate in a tensor (what amp_advance_step_ writes) equals the
+// same rate given on the host, bit for bit; the rate comes from the tensor, not options.lr.
+TEST(AmpDevice, FusedMomentumReadsTheLearningRateFromTheTensor) {
+  const Tensor w = testing::random({1000}, 4, DType::f32), g = testing::random({1000}, 5, DType::f16);
+  const Tensor w1 = w.clone(), v1 = zeros({1000}), w2 = w.clone(), v2 = zeros({1000});
+  ops::fused_momentum_({w1}, {g}, {v1}, {}, {}, {}, {.lr = 0.03, .momentum = 0.9, .weight_decay = 1e-4});
+  ops::fused_momentum_({w2}, {g}, {v2}, {}, {}, {}, {.lr = 7.0, .momentum = 0.9, .weight_decay = 1e-4},
+                       full({1}, 0.03));
+  EXPECT_EQ(w2.to_vector<float>(), w1.to_vector<float>());
+  EXPECT_EQ(v2.to_vector<float>(), v1.to_vector<float>());
+  EXPECT_NE(w2.to_vector<float>(), w.to_vector<float>());
+}
+
 }  // namespace
 }  // namespace mixprec

@@ -4,8 +4,14 @@
 // rounding); and moving a CPU network to the CPU changes nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "amp/train_steps_util.h"
 #include "mixprec/cuda.h"
+#include "mixprec/data/dataset.h"
+#include "mixprec/data/transforms.h"
+#include "mixprec/train/model.h"
 
 namespace mixprec {
 namespace {
@@ -16,17 +22,22 @@ using testing::run_steps;
 using testing::StepsRun;
 using testing::StepsSpec;
 
-StepsRun device_step_on_cpu(const StepsSpec& s) {
-  amp::testing::set_device_step_on_cpu(true);
-  StepsRun r;
-  try {
-    r = run_steps(s, Device::cpu());
-  } catch (...) {
-    amp::testing::set_device_step_on_cpu(false);
-    throw;
+// The device step on CPU tensors while in scope; `lag`: a step's outcome is back only once that
+// many later steps were queued (amp::testing::set_cpu_readback_lag).
+struct DeviceStepOnCpu {
+  explicit DeviceStepOnCpu(int64_t lag = 0) {
+    amp::testing::set_device_step_on_cpu(true);
+    amp::testing::set_cpu_readback_lag(lag);
   }
-  amp::testing::set_device_step_on_cpu(false);
-  return r;
+  ~DeviceStepOnCpu() {
+    amp::testing::set_device_step_on_cpu(false);
+    amp::testing::set_cpu_readback_lag(0);
+  }
+};
+
+StepsRun device_step_on_cpu(const StepsSpec& s, int64_t lag = 0) {
+  DeviceStepOnCpu on(lag);
+  return run_steps(s, Device::cpu());
 }
 
 void expect_same_bits(const StepsSpec& s) {
@@ -65,6 +76,29 @@ TEST(DeviceStep, O2F16DynamicScalingSkipsTheSameOverflowsAsTheHostStep) {
   expect_same_bits(s);
 }
 
+// Steps in flight: the device keeps the optimizer's step count and picks each update's learning
+// rate from the table of every count it could have, so that a step is queued before the host
+// knows whether the steps before it were skipped. Through f16 overflows (skipped steps) under a
+// schedule that changes the rate at every step, three steps in flight must take the host step's
+// decisions, learning rates and bits.
+TEST(DeviceStep, StepsInFlightFollowTheScheduleThroughSkipsBitForBit) {
+  for (const char* optimizer : {"momentum", "sgd"}) {
+    const StepsSpec s{.model = "simplenet", .level = "O2", .low = DType::f16,
+                      .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                      .steps = 14, .batch = 8, .optimizer = optimizer,
+                      .lr = [](double base) { return optim::LearningRate::cosine(base, 12, base / 10).with_warmup(3); },
+                      .wait_each_step = false};
+    const StepsRun host = run_steps(s, Device::cpu()), dev = device_step_on_cpu(s, /*lag=*/100);
+    ASSERT_GT(host.skipped, 1) << "the case must skip steps";
+    ASSERT_LT(host.skipped, 10) << "and train";
+    EXPECT_EQ(dev.max_in_flight, static_cast<int64_t>(amp::TrainOneStepCell::kStepsInFlight)) << optimizer;
+    EXPECT_EQ(host.max_in_flight, 0);
+    expect_same_decisions(dev, host);
+    for (size_t k = 0; k < host.steps.size(); ++k) EXPECT_EQ(dev.steps[k].loss, host.steps[k].loss) << "step " << k;
+    expect_close(dev.weights, host.weights, 0.0, "weight");
+  }
+}
+
 TEST(DeviceStep, O2ConvnetBnWithFixedScaleAndSgdEqualsTheHostStep) {
   expect_same_bits({.model = "convnet-bn", .level = "O2", .low = DType::f16,
                     .manager = [] { return Ref<amp::LossScaleManager>(amp::FixedLossScaleManager(1024.0)); },
@@ -97,6 +131,83 @@ TEST(DeviceStep, AdamWFollowsTheHostStepWithinRounding) {
   expect_same_decisions(dev, host);
   EXPECT_LE(max_abs_diff(dev.weights, host.weights), 3e-3 * static_cast<double>(12 - host.skipped));
   EXPECT_GT(max_abs_diff(dev.weights, host.weights), 0.0);  // the device path did run
+  // Steps in flight under a warm-up: Adam's bias corrections and rate come from the device's count.
+  StepsSpec lagged = s;
+  lagged.lr = [](double base) { return optim::LearningRate(base).with_warmup(4); };
+  lagged.wait_each_step = false;
+  const StepsRun host_l = run_steps(lagged, Device::cpu()), dev_l = device_step_on_cpu(lagged, 100);
+  ASSERT_GT(host_l.skipped, 0);
+  EXPECT_EQ(dev_l.max_in_flight, 3);
+  expect_same_decisions(dev_l, host_l);
+  EXPECT_LE(max_abs_diff(dev_l.weights, host_l.weights), 3e-3 * static_cast<double>(12 - host_l.skipped));
+}
+
+// What a callback saw of one step.
+struct Seen {
+  int64_t epoch, step_in_epoch, global_step, attempt;
+  double loss, scale, lr;
+  bool skipped;
+  bool operator==(const Seen&) const = default;
+};
+
+struct TrainRun {
+  std::vector<Seen> seen;
+  std::vector<int64_t> in_flight_at_step_end;  // steps queued and not complete, per on_step_end
+  int64_t epoch_ends = 0, skipped = 0;
+  std::vector<std::vector<float>> weights;
+};
+
+// Model::train on simplenet at O2-f16 with a dynamic scale that overflows at first, a warm-up +
+// cosine schedule, 2 epochs of 5 batches: device steps on CPU tensors with `lag` (or the host
+// step when lag < 0), the recording callback lagging or not.
+TrainRun train_with_model(int64_t lag, bool may_lag) {
+  std::optional<DeviceStepOnCpu> on;
+  if (lag >= 0) on.emplace(lag);
+  manual_seed(5);
+  auto net = nn::make_model("simplenet");
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  optim::Momentum opt(net->trainable_params(), optim::LearningRate::cosine(0.02, 8, 0.002).with_warmup(2), 0.9);
+  train::Model model(*net, loss_fn, opt,
+                     {.amp_level = "O2",
+                      .loss_scale_manager = Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)),
+                      .dtype = DType::f16});
+  const dataset::Dataset ds = dataset::SyntheticDataset({.num_samples = 40, .seed = 3})
+                                  .map(dataset::transforms::rescale(1.0 / 255, 0))
+                                  .batch(8, true);
+  TrainRun r;
+  amp::TrainOneStepCell& step = model.train_network();
+  auto record = [&](train::RunContext& c) {
+    r.seen.push_back({c.epoch, c.step_in_epoch, c.global_step, c.step.step, c.step.loss, c.step.loss_scale,
+                      c.step.lr, c.step.skipped});
+    r.in_flight_at_step_end.push_back(step.attempted_steps() - step.poll_steps());
+  };
+  struct CountEpochs : train::Callback {
+    int64_t* n;
+    explicit CountEpochs(int64_t* n) : n(n) {}
+    bool may_lag() const override { return true; }
+    void on_epoch_end(train::RunContext&) override { ++*n; }
+  };
+  model.train(2, ds, {train::LambdaCallback(record, may_lag), CountEpochs(&r.epoch_ends)});
+  r.skipped = step.skipped_steps();
+  for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.to_vector<float>());
+  return r;
+}
+
+TEST(DeviceStep, ModelTrainDeliversTheStepsInFlightInOrder) {
+  const TrainRun host = train_with_model(-1, true), waited = train_with_model(100, false),
+                 lagged = train_with_model(100, true);
+  ASSERT_EQ(host.seen.size(), 10u);
+  ASSERT_GT(host.skipped, 0) << "the case must skip steps";
+  EXPECT_EQ(host.epoch_ends, 2);
+  for (const TrainRun* r : {&waited, &lagged}) {
+    EXPECT_EQ(r->seen, host.seen);
+    EXPECT_EQ(r->epoch_ends, 2);
+    expect_close(r->weights, host.weights, 0.0, "weight");
+  }
+  // A callback that may not lag sees every step complete; one that may, the host queuing ahead.
+  for (int64_t n : waited.in_flight_at_step_end) EXPECT_EQ(n, 0);
+  EXPECT_EQ(*std::max_element(lagged.in_flight_at_step_end.begin(), lagged.in_flight_at_step_end.end()),
+            static_cast<int64_t>(amp::TrainOneStepCell::kStepsInFlight));
 }
 
 TEST(DeviceStep, RefusesWhatItDoesNotSupportYet) {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <utility>
@@ -29,6 +30,12 @@ struct StepsSpec {
   int steps = 4;
   int64_t batch = 16;
   std::string optimizer = "momentum";  // or "sgd", "adamw"
+  // The learning rate: the optimizer's base rate (0.05 SGD, 1e-3 AdamW, 0.02 Momentum) as given
+  // to this function, which may wrap it in a schedule.
+  std::function<optim::LearningRate(double)> lr = [](double base) { return optim::LearningRate(base); };
+  // true: each step's outcome is read at once (last_step(), which waits for a device step);
+  // false: as the steps complete (poll_steps()), so that device steps stay in flight.
+  bool wait_each_step = true;
 };
 
 struct StepsRun {
@@ -36,6 +43,7 @@ struct StepsRun {
   std::vector<std::vector<float>> weights, buffers;
   int64_t skipped = 0, optimizer_step = 0;
   amp::LossScaleState scale{};
+  int64_t max_in_flight = 0;  // most steps queued and not yet complete after a step returned
 };
 
 // Step k's batch: images in [-1.5, 1.5] with labels (i * 7 + k * 3) % 10, or for a language
@@ -65,10 +73,10 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
   std::shared_ptr<nn::Cell> net = nn::make_model(s.model);
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
   std::unique_ptr<optim::Optimizer> opt;
-  if (s.optimizer == "sgd") opt = std::make_unique<optim::SGD>(net->trainable_params(), 0.05, 1e-4);
+  if (s.optimizer == "sgd") opt = std::make_unique<optim::SGD>(net->trainable_params(), s.lr(0.05), 1e-4);
   else if (s.optimizer == "adamw")
-    opt = std::make_unique<optim::AdamW>(net->trainable_params(), 1e-3, 0.9, 0.999, 1e-8, 0.01);
-  else opt = std::make_unique<optim::Momentum>(net->trainable_params(), 0.02, 0.9, 1e-4);
+    opt = std::make_unique<optim::AdamW>(net->trainable_params(), s.lr(1e-3), 0.9, 0.999, 1e-8, 0.01);
+  else opt = std::make_unique<optim::Momentum>(net->trainable_params(), s.lr(0.02), 0.9, 1e-4);
   amp::BuildOptions bo{.cast_model_type = s.low, .loss_scale_manager = s.manager()};
   auto step = amp::build_train_network(*net, *opt, loss_fn, s.level, bo);
   step->to(device);
@@ -76,8 +84,18 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
   for (int k = 0; k < s.steps; ++k) {
     const auto [x, y] = steps_batch(s, k);
     (void)(*step)(x.to(device), y.to(device));
-    r.steps.push_back(step->last_step());
+    if (s.wait_each_step) {
+      r.steps.push_back(step->last_step());
+      continue;
+    }
+    const int64_t done = step->poll_steps();
+    r.max_in_flight = std::max(r.max_in_flight, step->attempted_steps() - done);
+    while (static_cast<int64_t>(r.steps.size()) < done)
+      r.steps.push_back(step->completed_step(static_cast<int64_t>(r.steps.size()) + 1));
   }
+  step->sync();
+  while (static_cast<int64_t>(r.steps.size()) < step->attempted_steps())
+    r.steps.push_back(step->completed_step(static_cast<int64_t>(r.steps.size()) + 1));
   for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.to_vector<float>());
   for (const auto& [n, b] : net->buffers_and_names()) r.buffers.push_back(b.to_vector<float>());
   r.skipped = step->skipped_steps();

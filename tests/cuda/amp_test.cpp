@@ -3,7 +3,9 @@
 // update over an overflow sequence, the fused momentum step with working copies, and its skip.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <utility>
 
 #include "cuda_test_util.h"
 #include "mixprec/ops/amp_device.h"
@@ -65,9 +67,10 @@ TEST(CudaAmp, FusedMomentumMatchesTheReferenceAndSkipsWhenTheFlagIsSet) {
     ops::fused_momentum_(pg, gg, vg, wg, flag(1, kGpu), flag(0.25f, kGpu), o);
     EXPECT_TRUE(gpu_close(pg[0], pc[0], DType::f32, 0.0));
     EXPECT_TRUE(gpu_close(wg[2], wc[2], low, 0.0));
-    for (int step = 0; step < 2; ++step) {
+    for (int step = 0; step < 3; ++step) {  // the third with the rate in a device tensor
       ops::fused_momentum_(pc, gc, vc, wc, flag(0, Device::cpu()), flag(0.25f, Device::cpu()), o);
-      ops::fused_momentum_(pg, gg, vg, wg, flag(0, kGpu), flag(0.25f, kGpu), o);
+      if (step < 2) ops::fused_momentum_(pg, gg, vg, wg, flag(0, kGpu), flag(0.25f, kGpu), o);
+      else ops::fused_momentum_(pg, gg, vg, wg, flag(0, kGpu), flag(0.25f, kGpu), {.lr = 5.0, .momentum = 0.9, .weight_decay = 1e-4}, flag(0.1f, kGpu));
     }
     for (size_t i = 0; i < shapes.size(); ++i) {  // nvcc may contract to FMA: f32 tolerance
       EXPECT_TRUE(gpu_close(pg[i], pc[i], DType::f32)) << i;
@@ -75,6 +78,25 @@ TEST(CudaAmp, FusedMomentumMatchesTheReferenceAndSkipsWhenTheFlagIsSet) {
       EXPECT_TRUE(gpu_close(wg[i], wc[i], low)) << i;
     }
   }
+}
+
+TEST(CudaAmp, AdvanceStepFollowsTheReference) {
+  // Rows picked by the device's count through applied, skipped and flagless steps, then a count
+  // outside the table (NaN): the same outputs and counts as the reference kernel.
+  const Tensor table = random({4, 3}, 40, DType::f32);
+  const Tensor cc = full({1}, 5.0, {.dtype = DType::i32}), cg = gpu(cc);
+  const Tensor oc = zeros({3}), og = zeros({3}, {.device = kGpu});
+  const std::vector<std::pair<int, int64_t>> steps{{0, 5}, {1, 5}, {0, 5}, {-1, 6}, {0, 6}, {0, 0}};
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const auto [f, base] = steps[k];
+    ops::amp_advance_step_(cc, f < 0 ? Tensor() : flag(static_cast<float>(f), Device::cpu()), table, base, oc);
+    ops::amp_advance_step_(cg, f < 0 ? Tensor() : flag(static_cast<float>(f), kGpu), gpu(table), base, og);
+    EXPECT_EQ(cg.to(Device::cpu()).item(), cc.item()) << "step " << k;
+    const std::vector<float> a = og.to(Device::cpu()).to_vector<float>(), b = oc.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << "step " << k << " element " << i;
+  }
+  EXPECT_TRUE(std::isnan(oc.to_vector<float>()[0])) << "the last step is outside the table";
 }
 
 }  // namespace

@@ -110,6 +110,10 @@ namespace testing {
 // Test-only: true runs the device step (train_step_device.cpp) on CPU tensors too, with the
 // reference kernels of the AMP ops, so that it can be compared with the host step without a GPU.
 void set_device_step_on_cpu(bool on);
+// Test-only: the device step on CPU tensors treats a step's flag and loss as back only once
+// `steps` later steps were queued (0: at once), as a GPU's readbacks may be, so that the steps in
+// flight and their device-side step count are exercised without a GPU.
+void set_cpu_readback_lag(int64_t steps);
 }  // namespace testing
 
 namespace detail {
@@ -131,7 +135,9 @@ void check_scalar_loss(const Tensor& loss);  // throws unless the loss has one e
 // skip, the update and the scale's adaptation are multi-tensor ops there
 // (ops/amp_device.h), and the host reads nothing while it queues the step; the flag and the
 // loss come back through cuda::Readback and complete the StepInfo when it is read (last_step(),
-// skipped_steps(), or the next step). It supports what one GPU needs: no data parallel, no
+// skipped_steps()), polled (poll_steps(), the next step), or when kStepsInFlight steps are queued.
+// The optimizer's step count is kept on the device as well, so a step's learning rate never
+// waits for the previous step's outcome. It supports what one GPU needs: no data parallel, no
 // clipping, no gradient accumulation, no check_numerics, no overflow provenance (the event stays
 // empty); every optimizer with a fused_step: Momentum, SGD, Adam, AdamW (docs/cuda.md).
 class TrainOneStepCell : public nn::Cell {
@@ -162,9 +168,20 @@ class TrainOneStepCell : public nn::Cell {
   TrainOneStepCell& to(Device device);
   // Where the step runs: the parameters' device.
   Device device() const;
-  // Completes a device step's StepInfo, the counters, the optimizer's step count and the
-  // manager's state, waiting for its flag and loss if they are not back yet; nothing otherwise.
+  // Completes every device step in flight: its StepInfo, the counters, the optimizer's step count
+  // and the manager's state, waiting for the flags and losses not back yet; nothing otherwise.
   void sync() const;
+  // Without waiting: completes the device steps whose flag and loss are back, oldest first, and
+  // returns the number of completed steps (attempted_steps() for the host step).
+  int64_t poll_steps() const;
+  // The outcome of completed step k (1-based): one of the last kKeptOutcomes completed device
+  // steps, or the last step of the host step. Throws for another k.
+  const StepInfo& completed_step(int64_t k) const;
+  // True when construct() returns before the step's outcome is known (the device step).
+  bool steps_complete_later() const { return device_step_applies(); }
+  // Device steps queued before the host waits for the oldest; outcomes kept for completed_step().
+  static constexpr size_t kStepsInFlight = 3;
+  static constexpr size_t kKeptOutcomes = 2 * kStepsInFlight;
   int64_t attempted_steps() const { return attempted_; }
   void set_counters(int64_t attempted, int64_t skipped) { attempted_ = attempted; skipped_ = skipped; }
   void take_ownership(std::shared_ptr<nn::Cell> cell) { owned_.push_back(std::move(cell)); }
@@ -202,7 +219,8 @@ class TrainOneStepCell : public nn::Cell {
   // train_step_device.cpp
   bool device_step_applies() const;
   Tensor device_construct(const Tensor& data, const Tensor& label);
-  void resolve_device_step(double found_inf, double local_found_inf, double loss) const;
+  bool complete_oldest(bool wait) const;
+  void resolve_device_step(StepInfo s, double found_inf, double local_found_inf, double loss) const;
   nn::Cell& network_;
   nn::Cell* backbone_ = nullptr;
   std::vector<std::string> param_names_;

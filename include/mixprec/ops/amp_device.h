@@ -31,10 +31,19 @@ struct FusedMomentumOptions {
 // optim::Momentum's update on every parameter at once, skipped entirely when found_inf != 0
 // (decided where the tensors live; undefined found_inf: never skipped); gradients multiplied by
 // inv_scale first (undefined: 1); the f16/bf16 working copies refreshed from the new fp32
-// weights when `working` is not empty.
+// weights when `working` is not empty. `lr` (f32, on the device; undefined: options.lr): the
+// learning rate is its first element, read where the tensors live (amp_advance_step_ writes it).
 void fused_momentum_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                      const std::vector<Tensor>& velocity, const std::vector<Tensor>& working,
                      const Tensor& found_inf, const Tensor& inv_scale,
-                     const FusedMomentumOptions& options);
+                     const FusedMomentumOptions& options, const Tensor& lr = Tensor());
+
+// The optimizer's applied-step count kept on the device, for steps queued before the host knows
+// whether the steps before them were skipped: `out` (f32 [width]) = row count - base of `table`
+// (f32 [rows, width]: row j = optim::Optimizer::step_scalars(base + j), the learning rate and
+// whatever else depends on the step), then count (i32 [1]) += 1 unless found_inf (f32 [1];
+// undefined: never skipped) is set. A count outside [base, base + rows) writes NaN into `out`.
+void amp_advance_step_(const Tensor& count, const Tensor& found_inf, const Tensor& table,
+                       int64_t base, const Tensor& out);
 
 }  // namespace mixprec::ops

@@ -87,12 +87,20 @@ class Optimizer {
   void to(Device device);
   // The update of every parameter as one multi-tensor op on their device, queued without any
   // host read: skipped there when found_inf (f32 [1]; undefined: never) is not 0, gradients
-  // multiplied by inv_scale (f32 [1]; undefined: 1) as they are read, the learning rate of step
-  // `lr_step`. Does not advance the step count (the caller knows when the update applied).
+  // multiplied by inv_scale (f32 [1]; undefined: 1) as they are read, and `scalars` (f32
+  // [step_scalars_width()] on the device) holding step_scalars() of this update, read there:
+  // the host need not know the step count (ops::amp_advance_step_ selects them on the device).
+  // Does not advance the step count (the caller knows when the update applied).
   // Gradients: one per parameter, on its device (undefined: that parameter is left alone).
   // Momentum and SGD have it (bit for bit their step()), Adam and AdamW too (within rounding).
   virtual void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                          const Tensor& inv_scale, int64_t lr_step);
+                          const Tensor& inv_scale, const Tensor& scalars);
+  // What an update depends on through the step count, rounded to f32 by the caller: {learning
+  // rate} here, Adam adds its two bias corrections. `step`: the number of updates applied before.
+  virtual std::vector<double> step_scalars(int64_t step) const { return {lr_.at(step)}; }
+  int64_t step_scalars_width() const { return static_cast<int64_t>(step_scalars(0).size()); }
+  // step_scalars(global_step()) as an f32 tensor on `device` (one queued upload).
+  Tensor step_scalars_on(Device device) const;
 
  protected:
   // The fused update of one parameter. p and state are fp32 contiguous; g has grad_dtype;
@@ -113,9 +121,12 @@ class Optimizer {
   virtual void update(const UpdateArgs& a) = 0;
   // fused_step with a momentum update (ops::fused_momentum_) over `velocity` (one per param).
   void fused_momentum_step(const std::vector<Tensor>& grads, const std::vector<Tensor>& velocity,
-                           const Tensor& found_inf, const Tensor& inv_scale, int64_t lr_step,
+                           const Tensor& found_inf, const Tensor& inv_scale, const Tensor& scalars,
                            double momentum, bool nesterov);
   const std::vector<std::vector<Tensor>>& slots() const { return state_; }
+  // Throws unless `scalars` is an f32 tensor of step_scalars_width() elements on the parameters'
+  // device.
+  void check_step_scalars(const Tensor& scalars) const;
   void follow_parameters();  // state and working copies onto the parameters' device
   // The working copy of parameter i (if any) re-rounded from its master and re-cached.
   void refresh_working_copy(size_t i);
@@ -142,7 +153,7 @@ class Momentum : public Optimizer {
   Momentum(std::vector<Tensor> params, LearningRate learning_rate, double momentum,
            double weight_decay = 0.0, bool use_nesterov = false);
   void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                  const Tensor& inv_scale, int64_t lr_step) override;
+                  const Tensor& inv_scale, const Tensor& scalars) override;
 
  protected:
   void update(const UpdateArgs& a) override;
@@ -158,7 +169,7 @@ class SGD : public Optimizer {
   explicit SGD(std::vector<Tensor> params, LearningRate learning_rate = 0.1, double weight_decay = 0.0);
   // Momentum 0 over a velocity zeroed first (v = g + wd * p; p -= lr * v: SGD's formula).
   void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                  const Tensor& inv_scale, int64_t lr_step) override;
+                  const Tensor& inv_scale, const Tensor& scalars) override;
 
  protected:
   void update(const UpdateArgs& a) override;
@@ -177,7 +188,9 @@ class Adam : public Optimizer {
   // no fused kernel yet), the skip as a select on found_inf: within rounding of step(), not
   // bit for bit (the ops round their scalars and intermediates differently).
   void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                  const Tensor& inv_scale, int64_t lr_step) override;
+                  const Tensor& inv_scale, const Tensor& scalars) override;
+  // {learning rate, 1 / (1 - beta1^(step + 1)), 1 / (1 - beta2^(step + 1))}
+  std::vector<double> step_scalars(int64_t step) const override;
 
  protected:
   Adam(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd,

@@ -37,6 +37,13 @@ struct RunContext {
 class Callback {
  public:
   virtual ~Callback() = default;
+  // True when on_step_end may come after later steps were queued: on a GPU a step's outcome
+  // (loss, overflow, skip) comes back asynchronously, and Model::train then lets the host queue
+  // the next steps meanwhile (at most amp::TrainOneStepCell::kStepsInFlight) if every callback
+  // agrees. Such a callback reads only the RunContext, not the model's weights or state, and a
+  // stop it requests takes effect after the steps already queued. false (the default): each step
+  // is waited for before its on_step_end, so the model is exactly as that step left it.
+  virtual bool may_lag() const { return false; }
   virtual void on_train_begin(RunContext&) {}
   virtual void on_epoch_begin(RunContext&) {}
   virtual void on_step_end(RunContext&) {}
@@ -50,6 +57,7 @@ using CallbackRef = Ref<Callback>;
 class LossMonitor : public Callback {
  public:
   explicit LossMonitor(int64_t per_print_times = 1);
+  bool may_lag() const override { return true; }
   void on_step_end(RunContext& ctx) override;
   void on_epoch_end(RunContext& ctx) override;
 
@@ -62,6 +70,7 @@ class LossMonitor : public Callback {
 // Prints epoch time and mean step time at the end of each epoch.
 class TimeMonitor : public Callback {
  public:
+  bool may_lag() const override { return true; }
   void on_epoch_end(RunContext& ctx) override;
 };
 
@@ -69,6 +78,7 @@ class TimeMonitor : public Callback {
 class LossScaleMonitor : public Callback {
  public:
   explicit LossScaleMonitor(int64_t every = 100) : every_(every) {}
+  bool may_lag() const override { return true; }
   void on_step_end(RunContext& ctx) override;
   void on_epoch_end(RunContext& ctx) override;
 
@@ -83,6 +93,7 @@ class LossScaleMonitor : public Callback {
 class ProgressBar : public Callback {
  public:
   explicit ProgressBar(int64_t every = 100);
+  bool may_lag() const override { return true; }
   void on_step_end(RunContext& ctx) override;
   void on_epoch_end(RunContext& ctx) override;
 
@@ -107,14 +118,18 @@ class RankConsistencyCheck : public Callback {
   int64_t every_;
 };
 
-// Calls a function at each step end (for tests, traces and custom logging).
+// Calls a function at each step end (for tests, traces and custom logging). may_lag: the
+// function reads only the RunContext (see Callback::may_lag).
 class LambdaCallback : public Callback {
  public:
-  explicit LambdaCallback(std::function<void(RunContext&)> on_step) : fn_(std::move(on_step)) {}
+  explicit LambdaCallback(std::function<void(RunContext&)> on_step, bool may_lag = false)
+      : fn_(std::move(on_step)), may_lag_(may_lag) {}
   void on_step_end(RunContext& ctx) override { fn_(ctx); }
+  bool may_lag() const override { return may_lag_; }
 
  private:
   std::function<void(RunContext&)> fn_;
+  bool may_lag_;
 };
 
 // ---------------------------------------------------------------- metrics

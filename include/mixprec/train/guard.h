@@ -47,6 +47,8 @@ class OverflowGuard : public Callback {
  public:
   explicit OverflowGuard(GuardOptions options = {});
   void on_step_end(RunContext& ctx) override;
+  // warn and stop read only the RunContext; promote changes the network, so it waits each step.
+  bool may_lag() const override { return options_.action != OnOverflow::promote; }
   const std::vector<OverflowRecord>& events() const { return events_; }
   int64_t event_count() const { return event_count_; }
   const std::vector<Promotion>& promotions() const { return promotions_; }

@@ -77,11 +77,13 @@ __global__ void update_scale_kernel(float* scale, int32_t* tracker, const float*
 // Grid: one block of 256 threads per chunk row, threads striding the chunk (coalesced). Every
 // thread reads found_inf first and returns when it is set, so a skipped step writes nothing.
 // Invariant: each element of params/velocity/working belongs to exactly one chunk and thread.
+// lr (nullable): the learning rate read on the device (amp_advance_step_'s output), else step.lr.
 __global__ void momentum_kernel(const ChunkRow* rows, const float* found_inf,
-                                const float* inv_scale, MomentumStep step) {
+                                const float* inv_scale, const float* lr, MomentumStep step) {
   if (found_inf && *found_inf != 0.0f) return;
   const ChunkRow r = rows[blockIdx.x];
   const float inv = inv_scale ? *inv_scale : 1.0f;
+  if (lr) step.lr = *lr;
   float* p = reinterpret_cast<float*>(r.ptr[0]);
   const void* g = reinterpret_cast<const void*>(r.ptr[1]);
   float* v = reinterpret_cast<float*>(r.ptr[2]);
@@ -92,6 +94,17 @@ __global__ void momentum_kernel(const ChunkRow* rows, const float* found_inf,
     step(p[i], v[i], load_elem<float>(g, gdt, i) * inv);
     if (low) store_elem<float>(low, ldt, i, p[i]);
   }
+}
+
+// One thread: AmpAdvanceStepProblem. Reads count and found_inf, writes `width` floats of out and
+// count; the table is read-only. Queued on the stream after the finite check that set found_inf
+// and before the update that reads out, so stream order is the only synchronisation it needs.
+__global__ void advance_step_kernel(int32_t* count, const float* found_inf, const float* table,
+                                    int64_t rows, int64_t width, int64_t base, float* out) {
+  const int64_t row = int64_t{*count} - base;
+  for (int64_t k = 0; k < width; ++k)
+    out[k] = row >= 0 && row < rows ? table[row * width + k] : __int_as_float(0x7fc00000);
+  if (!found_inf || *found_inf == 0.0f) *count += 1;
 }
 
 int64_t as_int(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
@@ -137,7 +150,17 @@ void fused_momentum(const FusedMomentumProblem& p) {
   momentum_kernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
       static_cast<const ChunkRow*>(table.data_ptr()),
       p.found_inf.defined() ? p.found_inf.data<float>() : nullptr,
-      p.inv_scale.defined() ? p.inv_scale.data<float>() : nullptr, p.step);
+      p.inv_scale.defined() ? p.inv_scale.data<float>() : nullptr,
+      p.lr.defined() ? p.lr.data<float>() : nullptr, p.step);
+  MIXPREC_CUDA_LAUNCHED();
+}
+
+void amp_advance_step(const AmpAdvanceStepProblem& p) {
+  cudaStream_t st = cuda_detail::activate(p.device());
+  advance_step_kernel<<<1, 1, 0, st>>>(p.count.data<int32_t>(),
+                                       p.found_inf.defined() ? p.found_inf.data<float>() : nullptr,
+                                       p.table.data<float>(), p.table.size(0), p.table.size(1),
+                                       p.base, p.out.data<float>());
   MIXPREC_CUDA_LAUNCHED();
 }
 

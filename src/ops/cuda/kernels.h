@@ -95,5 +95,6 @@ void attention_bwd(const AttentionBwdProblem& p);
 void amp_unscale(const AmpUnscaleProblem& p);
 void amp_update_scale(const AmpUpdateScaleProblem& p);
 void fused_momentum(const FusedMomentumProblem& p);
+void amp_advance_step(const AmpAdvanceStepProblem& p);
 
 }  // namespace mixprec::ops::cuda

@@ -47,6 +47,7 @@ void register_cuda_kernels() {
   register_kernel<AmpUnscaleProblem>({"cuda", kCuda, accept_all, cuda::amp_unscale});
   register_kernel<AmpUpdateScaleProblem>({"cuda", kCuda, accept_all, cuda::amp_update_scale});
   register_kernel<FusedMomentumProblem>({"cuda", kCuda, accept_all, cuda::fused_momentum});
+  register_kernel<AmpAdvanceStepProblem>({"cuda", kCuda, accept_all, cuda::amp_advance_step});
 }
 
 }  // namespace mixprec::ops

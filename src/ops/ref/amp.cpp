@@ -3,6 +3,7 @@
 // host here, as these kernels run on the CPU.
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "mixprec/convert.h"
 #include "ops/amp_problem.h"
@@ -58,15 +59,29 @@ void amp_update_scale(const AmpUpdateScaleProblem& p) {
 void fused_momentum(const FusedMomentumProblem& p) {
   if (p.found_inf.defined() && *p.found_inf.data<float>() != 0.0f) return;
   const float inv = p.inv_scale.defined() ? *p.inv_scale.data<float>() : 1.0f;
+  MomentumStep step = p.step;
+  if (p.lr.defined()) step.lr = *p.lr.data<float>();
   for (size_t t = 0; t < p.params.size(); ++t) {
     float* w = p.params[t].data<float>();
     float* v = p.velocity[t].data<float>();
     for (int64_t i = 0; i < p.params[t].numel(); ++i)
-      p.step(w[i], v[i], load_f32(p.grads[t], i) * inv);
+      step(w[i], v[i], load_f32(p.grads[t], i) * inv);
     if (!p.working.empty())
       convert_row(w, DType::f32, p.working[t].data_ptr(), p.working[t].dtype(),
                   p.params[t].numel());
   }
+}
+
+void amp_advance_step(const AmpAdvanceStepProblem& p) {
+  int32_t& count = *p.count.data<int32_t>();
+  const int64_t rows = p.table.size(0), width = p.table.size(1);
+  const int64_t row = int64_t{count} - p.base;
+  float* out = p.out.data<float>();
+  const float* table = p.table.data<float>();
+  for (int64_t k = 0; k < width; ++k)
+    out[k] =
+        row >= 0 && row < rows ? table[row * width + k] : std::numeric_limits<float>::quiet_NaN();
+  if (!p.found_inf.defined() || *p.found_inf.data<float>() == 0.0f) ++count;
 }
 
 }  // namespace mixprec::ops::ref

@@ -36,6 +36,7 @@ void register_ref_kernels() {
   register_kernel<AmpUnscaleProblem>({"ref", kCpu, accept_all, ref::amp_unscale});
   register_kernel<AmpUpdateScaleProblem>({"ref", kCpu, accept_all, ref::amp_update_scale});
   register_kernel<FusedMomentumProblem>({"ref", kCpu, accept_all, ref::fused_momentum});
+  register_kernel<AmpAdvanceStepProblem>({"ref", kCpu, accept_all, ref::amp_advance_step});
 }
 
 }  // namespace mixprec::ops
