@@ -454,6 +454,79 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
   EXPECT_THROW(ops::conv2d(zeros({1, 1, 6, 6}), ones({9, 1, 3, 3})), Error);
 }
 
+TEST(Conv2d, DirectSmallChannelsMatchesReference) {
+  // Few input channels (2-16), 8-32 output channels, channels-last, stride 1, forced onto the
+  // direct kernel: forward (bias, ReLU) and backward-weights, every dtype; each register count
+  // (8, 16, 24, 32 channels), rows with and without a partial pixel block, (tap, channel) counts
+  // with and without a partial block, asymmetric padding.
+  const CpuFeatures& f = cpu_features();
+  if (!f.avx2 || !f.fma || f.avx512f) GTEST_SKIP() << "direct_small runs on AVX2 machines without AVX-512";
+  struct Case {
+    Shape x, w;
+    ops::Conv2dOptions o;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{3, 6, 14, 14}, {16, 6, 5, 5}, {}, true},  // lenet's second conv
+      {{2, 3, 9, 11}, {8, 3, 3, 3}, {.pad_mode = ops::PadMode::same, .activation = ops::Activation::relu}, true},
+      {{2, 16, 7, 7}, {32, 16, 3, 3}, {.pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}}, false},
+      {{1, 2, 5, 13}, {24, 2, 7, 2}, {.pad_mode = ops::PadMode::pad, .padding = {1, 3, 0, 4}, .activation = ops::Activation::relu}, true},
+      {{2, 5, 4, 4}, {16, 5, 1, 1}, {}, true},
+  };
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    for (const Case& c : cases) {
+      const Tensor x = channels_last(random(c.x, 81, d));
+      const Tensor w = random(c.w, 82, DType::f32, -0.5, 0.5).astype(d).set_requires_grad(true);
+      const Tensor b = c.bias ? random({c.w[0]}, 83, DType::f32).astype(d).set_requires_grad(true) : Tensor();
+      auto run = [&](const char* impl) {
+        ops::ForceImpl force(impl);
+        Tensor y = ops::conv2d(x, w, b, c.o);
+        auto g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), 84, DType::f32))),
+                      c.bias ? V{w, b} : V{w});
+        return std::pair{y, g};
+      };
+      const auto [yd, gd] = run("direct_small");
+      const auto [yr, gr] = run("ref");
+      const std::string what = shape_str(c.x) + " * " + shape_str(c.w) + " " + std::string(dtype_name(d));
+      EXPECT_TRUE(strides_are_nhwc(yd)) << what;
+      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+      EXPECT_TRUE(all_close(yd, yr, tol)) << what;
+      const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
+      EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
+      if (c.bias) EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+      EXPECT_EQ(gd[0].dtype(), w.dtype());
+    }
+  }
+  // NaN propagates through the fused ReLU; an inf in the input reaches exactly the weight-gradient
+  // taps that read it, as in the reference.
+  ops::ForceImpl force("direct_small");
+  Tensor xn = channels_last(zeros({1, 4, 5, 5}));
+  xn.fill_(std::nan(""));
+  EXPECT_TRUE(std::isnan(ops::conv2d(xn, ones({8, 4, 3, 3}), Tensor(), {.activation = ops::Activation::relu})
+                             .at({0, 7, 1, 1})));
+  {
+    std::vector<float> xv = random({1, 3, 6, 9}, 85, DType::f32).to_vector<float>();
+    xv[(2 * 6 + 5) * 9 + 8] = INFINITY;  // channel 2, last row, last column
+    const Tensor xi = channels_last(Tensor::from_vector(xv, {1, 3, 6, 9}));
+    const Tensor wi = random({8, 3, 3, 3}, 86, DType::f32).set_requires_grad(true);
+    auto dw_of = [&](const char* impl) {
+      ops::ForceImpl fi(impl);
+      const Tensor y = ops::conv2d(xi, wi, Tensor(), {});
+      return grad(ops::sum(ops::mul(y, random(y.shape(), 87, DType::f32))), {wi})[0].to_vector<float>();
+    };
+    const std::vector<float> a = dw_of("direct_small"), r = dw_of("ref");
+    int infinite = 0;
+    for (size_t k = 0; k < r.size(); ++k) {
+      EXPECT_EQ(std::isfinite(a[k]), std::isfinite(r[k])) << "dw element " << k;
+      infinite += !std::isfinite(r[k]);
+      if (std::isfinite(r[k])) EXPECT_NEAR(a[k], r[k], 1e-4 * (1 + std::fabs(r[k]))) << k;
+    }
+    EXPECT_EQ(infinite, 8) << "one tap of channel 2 per output channel reads the last row's last column";
+  }
+  EXPECT_THROW(ops::conv2d(channels_last(zeros({1, 4, 6, 6})), ones({12, 4, 3, 3})), Error)
+      << "12 output channels: not a multiple of 8";
+}
+
 TEST(Conv2d, NonContiguousInput) {
   const ConvCase c = cases()[6];
   const V in = case_inputs(c, 71, DType::f32);

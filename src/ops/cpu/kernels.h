@@ -31,6 +31,11 @@ std::string conv_direct_c1_fwd_declines(const ConvFwdProblem& p);
 void conv_direct_c1_fwd(const ConvFwdProblem& p);
 std::string conv_direct_c1_bwd_weights_declines(const ConvBwdWeightsProblem& p);
 void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& p);
+// Direct convolution for 2-16 input and 8-32 output channels, channels-last (conv_small.cpp).
+std::string conv_small_fwd_declines(const ConvFwdProblem& p);
+void conv_small_fwd(const ConvFwdProblem& p);
+std::string conv_small_bwd_weights_declines(const ConvBwdWeightsProblem& p);
+void conv_small_bwd_weights(const ConvBwdWeightsProblem& p);
 
 // gemm_skinny.cpp: GEMMs with a dimension of at most 16 in bf16/f16 (f32 stays with oneDNN),
 // without a widened copy of the large operand: `dot` for N <= 16 with both operands contiguous

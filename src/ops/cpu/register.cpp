@@ -18,6 +18,8 @@ void register_cpu_kernels() {
 
   register_kernel<ConvFwdProblem>(
       {"direct_c1", kCpu, cpu::conv_direct_c1_fwd_declines, cpu::conv_direct_c1_fwd});
+  register_kernel<ConvFwdProblem>(
+      {"direct_small", kCpu, cpu::conv_small_fwd_declines, cpu::conv_small_fwd});
   // 16-bit im2col convolutions whose GEMM would be emulated in f32 anyway: the whole kernel in
   // f32, chunk by chunk of images (patches widened once, output rounded once, in cache).
   register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_fwd_declines,
@@ -31,6 +33,8 @@ void register_cpu_kernels() {
   register_kernel<ConvBwdWeightsProblem>({"direct_c1", kCpu,
                                           cpu::conv_direct_c1_bwd_weights_declines,
                                           cpu::conv_direct_c1_bwd_weights});
+  register_kernel<ConvBwdWeightsProblem>(
+      {"direct_small", kCpu, cpu::conv_small_bwd_weights_declines, cpu::conv_small_bwd_weights});
   register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_bwd_weights_declines,
                                       cpu::conv_im2col_bwd_weights>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvBwdWeightsProblem>(

@@ -1,0 +1,363 @@
+// Direct convolution for layers with few input channels (2 to 16) and 8, 16, 24 or 32 output
+// channels, channels-last, stride 1: LeNet's second conv (6 -> 16 channels, 5x5 on 14x14), forward
+// and backward-weights, on AVX2 machines. There the 16-bit convolutions go through f32 (no native
+// bf16), and oneDNN's f32 kernels reach about half the GEMM rate on this shape (a reduction of
+// cin x kh x kw = 150 that its channel blocking of 8 does not divide well). Backward-data keeps
+// oneDNN: computed directly it is a full convolution whose padding doubles the work on small
+// images.
+//
+// Both kernels widen one image at a time to an f32 copy in L1 and accumulate in f32 registers
+// whose 8 lanes are 8 output channels:
+//  - Forward: xp = the image zero-padded by the convolution's padding, [ph][pw][cin]; weights
+//    repacked [kh][kw][cin][cout]. A block of P output pixels of a row x CB registers of 8
+//    channels keeps P x CB accumulators, the CB weight vectors of the current (tap, input
+//    channel) and one broadcast input value: P x CB + CB + 1 <= 16 registers (CB 1: P 8, CB 2:
+//    P 6, CB 3: P 4, CB 4: P 3). Each (tap, input channel) costs CB + P loads for P x CB FMAs.
+//    Bias first, ReLU (NaN kept) after, then the row is rounded once into y's dtype.
+//  - Backward-weights: for each image, dW[(i, j, ci)][co] = sum over the output pixels of
+//    xp[oh + i][ow + j][ci] * dy[oh][ow][co], T (tap, channel) pairs at a time with CB registers
+//    each; db = the sum of dy. Each image leaves its partial sums in its own slot; the slots are
+//    summed in image order, so the result does not depend on the number of threads.
+// Only the output pixels are visited: no lane ever multiplies an input the reference does not.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "mixprec/convert.h"
+#include "mixprec/cpu_features.h"
+#include "mixprec/error.h"
+#include "mixprec/ops/ops.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/slot_sum.h"
+#include "ops/layout.h"
+
+namespace mixprec::ops::cpu {
+using namespace detail;
+namespace {
+
+constexpr int64_t kMaxCin = 16, kMaxCout = 32, kMaxK = 7;
+
+typedef float v8 __attribute__((vector_size(32)));
+
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors never cross a call: the bodies are inlined
+#define MIXPREC_ALWAYS_INLINE [[gnu::always_inline]] inline
+
+MIXPREC_ALWAYS_INLINE v8 loadv(const float* p) {
+  v8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+MIXPREC_ALWAYS_INLINE void storev(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
+
+struct Geo {
+  int64_t kh, kw, cin, cout, h, w, oh, ow, pad_t, pad_l;
+  int64_t ph, pw;  // the padded image: ph rows of pw pixels (stride 1: oh + kh - 1, ow + kw - 1)
+};
+
+Geo make_geo(const ConvGeometry& g) {
+  return {g.kh,    g.kw,    g.cin,           g.cout,         g.h, g.w, g.oh, g.ow,
+          g.pad_t, g.pad_l, g.oh + g.kh - 1, g.ow + g.kw - 1};
+}
+
+// xp <- image n of the dense channels-last x, widened to f32, zero where the padding is.
+void pad_image(const Tensor& x, int64_t n, const Geo& g, float* xp) {
+  std::fill(xp, xp + g.ph * g.pw * g.cin, 0.0f);
+  const size_t isz = dtype_size(x.dtype());
+  const char* xb =
+      static_cast<const char*>(x.data_ptr()) + n * g.h * g.w * g.cin * static_cast<int64_t>(isz);
+  // The image's columns that land inside the padded row (padding past pw clips them).
+  const int64_t c0 = std::max<int64_t>(0, -g.pad_l), c1 = std::min(g.w, g.pw - g.pad_l);
+  if (c1 <= c0) return;
+  for (int64_t ih = 0; ih < g.h; ++ih) {
+    const int64_t r = ih + g.pad_t;
+    if (r < 0 || r >= g.ph) continue;
+    convert_row(xb + (ih * g.w + c0) * g.cin * static_cast<int64_t>(isz), x.dtype(),
+                xp + (r * g.pw + c0 + g.pad_l) * g.cin, DType::f32, (c1 - c0) * g.cin);
+  }
+}
+
+// ---------------------------------------------------------------- forward
+
+// P output pixels from column ow0 of row oh, CB registers of channels: out[(ow0 + p) * cout + c].
+template <int P, int CB> MIXPREC_ALWAYS_INLINE void fwd_block(const float* xp, const Geo& g,
+                                                              const float* wr, const float* bias,
+                                                              bool relu, int64_t oh, int64_t ow0,
+                                                              float* out) {
+  v8 acc[P][CB];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int cb = 0; cb < CB; ++cb) acc[p][cb] = loadv(bias + cb * 8);
+  const int64_t cin = g.cin, cout = g.cout;
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const float* xr = xp + ((oh + i) * g.pw + ow0 + j) * cin;
+      const float* wt = wr + (i * g.kw + j) * cin * cout;
+      for (int64_t ci = 0; ci < cin; ++ci, wt += cout) {
+        v8 w[CB];
+#pragma GCC unroll 4
+        for (int cb = 0; cb < CB; ++cb) w[cb] = loadv(wt + cb * 8);
+#pragma GCC unroll 8
+        for (int p = 0; p < P; ++p) {
+          const float x = xr[p * cin + ci];
+#pragma GCC unroll 4
+          for (int cb = 0; cb < CB; ++cb) acc[p][cb] += x * w[cb];
+        }
+      }
+    }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int cb = 0; cb < CB; ++cb) {
+      v8 a = acc[p][cb];
+      if (relu) a = a <= 0.0f ? v8{} : a;  // NaN is not <= 0: it propagates
+      storev(out + (ow0 + p) * cout + cb * 8, a);
+    }
+}
+
+// The row's last `rem` (< P) pixels, one block of exactly that many.
+template <int R, int CB> MIXPREC_ALWAYS_INLINE void fwd_tail(int64_t rem, const float* xp,
+                                                             const Geo& g, const float* wr,
+                                                             const float* bias, bool relu,
+                                                             int64_t oh, int64_t ow0, float* out) {
+  if constexpr (R >= 1) {
+    if (rem == R)
+      fwd_block<R, CB>(xp, g, wr, bias, relu, oh, ow0, out);
+    else
+      fwd_tail<R - 1, CB>(rem, xp, g, wr, bias, relu, oh, ow0, out);
+  }
+}
+
+template <int CB> constexpr int kFwdPixels = CB == 1 ? 8 : CB == 2 ? 6 : CB == 3 ? 4 : 3;
+
+template <int CB> __attribute__((target("avx2,fma"))) void fwd_row(const float* xp, const Geo& g,
+                                                                   const float* wr,
+                                                                   const float* bias, bool relu,
+                                                                   int64_t oh, float* out) {
+  constexpr int P = kFwdPixels<CB>;
+  int64_t ow0 = 0;
+  for (; ow0 + P <= g.ow; ow0 += P) fwd_block<P, CB>(xp, g, wr, bias, relu, oh, ow0, out);
+  fwd_tail<P - 1, CB>(g.ow - ow0, xp, g, wr, bias, relu, oh, ow0, out);
+}
+
+using FwdRowFn = void (*)(const float*, const Geo&, const float*, const float*, bool, int64_t,
+                          float*);
+
+FwdRowFn pick_fwd(int64_t cout) {
+  switch (cout / 8) {
+    case 1: return &fwd_row<1>;
+    case 2: return &fwd_row<2>;
+    case 3: return &fwd_row<3>;
+    default: return &fwd_row<4>;
+  }
+}
+
+// ---------------------------------------------------------------- backward-weights
+
+// part[(m0 + t) * cout + c] = sum over the output pixels of xp[pixel + off[t]] * dy[pixel][c]
+// for T (tap, input channel) pairs whose offsets into xp (from an output pixel's top-left input)
+// are off[0 .. T).
+template <int T, int CB> MIXPREC_ALWAYS_INLINE void bwd_w_block(const float* xp, const float* dy,
+                                                                const Geo& g, const int64_t* off,
+                                                                float* part) {
+  v8 acc[T][CB];
+#pragma GCC unroll 12
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int cb = 0; cb < CB; ++cb) acc[t][cb] = v8{};
+  int64_t o[T];
+#pragma GCC unroll 12
+  for (int t = 0; t < T; ++t) o[t] = off[t];
+  const int64_t cin = g.cin, cout = g.cout;
+  for (int64_t oh = 0; oh < g.oh; ++oh) {
+    const float* xr = xp + oh * g.pw * cin;
+    const float* dr = dy + oh * g.ow * cout;
+    for (int64_t ow = 0; ow < g.ow; ++ow, xr += cin, dr += cout) {
+      v8 d[CB];
+#pragma GCC unroll 4
+      for (int cb = 0; cb < CB; ++cb) d[cb] = loadv(dr + cb * 8);
+#pragma GCC unroll 12
+      for (int t = 0; t < T; ++t) {
+        const float x = xr[o[t]];
+#pragma GCC unroll 4
+        for (int cb = 0; cb < CB; ++cb) acc[t][cb] += x * d[cb];
+      }
+    }
+  }
+#pragma GCC unroll 12
+  for (int t = 0; t < T; ++t)
+#pragma GCC unroll 4
+    for (int cb = 0; cb < CB; ++cb) storev(part + t * cout + cb * 8, acc[t][cb]);
+}
+
+template <int R, int CB> MIXPREC_ALWAYS_INLINE void bwd_w_tail(int64_t rem, const float* xp,
+                                                               const float* dy, const Geo& g,
+                                                               const int64_t* off, float* part) {
+  if constexpr (R >= 1) {
+    if (rem == R)
+      bwd_w_block<R, CB>(xp, dy, g, off, part);
+    else
+      bwd_w_tail<R - 1, CB>(rem, xp, dy, g, off, part);
+  }
+}
+
+template <int CB> constexpr int kBwdPairs = CB == 1 ? 12 : CB == 2 ? 6 : CB == 3 ? 4 : 3;
+
+// One image's partial dW ([m][cout], m = (i * kw + j) * cin + ci, `off` holding each m's offset)
+// and db (cout floats after it).
+template <int CB>
+__attribute__((target("avx2,fma"))) void bwd_w_image(const float* xp, const float* dy, const Geo& g,
+                                                     const int64_t* off, float* part) {
+  constexpr int T = kBwdPairs<CB>;
+  const int64_t m_total = g.kh * g.kw * g.cin;
+  int64_t m = 0;
+  for (; m + T <= m_total; m += T) bwd_w_block<T, CB>(xp, dy, g, off + m, part + m * g.cout);
+  bwd_w_tail<T - 1, CB>(m_total - m, xp, dy, g, off + m, part + m * g.cout);
+  v8 s[CB] = {};
+  const int64_t pixels = g.oh * g.ow;
+  for (int64_t q = 0; q < pixels; ++q)
+    for (int cb = 0; cb < CB; ++cb) s[cb] += loadv(dy + q * g.cout + cb * 8);
+  for (int cb = 0; cb < CB; ++cb) storev(part + m_total * g.cout + cb * 8, s[cb]);
+}
+
+using BwdImageFn = void (*)(const float*, const float*, const Geo&, const int64_t*, float*);
+
+BwdImageFn pick_bwd(int64_t cout) {
+  switch (cout / 8) {
+    case 1: return &bwd_w_image<1>;
+    case 2: return &bwd_w_image<2>;
+    case 3: return &bwd_w_image<3>;
+    default: return &bwd_w_image<4>;
+  }
+}
+
+// ---------------------------------------------------------------- shared
+
+// t dense channels-last: [n, c, h, w] with strides [h * w * c, 1, w * c, c].
+bool dense(const Tensor& t, int64_t c, int64_t h, int64_t w) {
+  const Strides& s = t.strides();
+  return s[1] == 1 && s[3] == c && s[2] == w * c && s[0] == h * w * c;
+}
+
+std::string common_declines(const ConvGeometry& g, DType dt) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma)) return "needs AVX2 and FMA";
+  if (f.avx512f)
+    return "AVX-512 machine: oneDNN's kernels keep the job (this one was measured on AVX2 only)";
+  if (g.groups != 1 || g.stride_h != 1 || g.stride_w != 1 || g.dil_h != 1 || g.dil_w != 1)
+    return "groups, stride or dilation != 1";
+  if (g.cin < 2 || g.cin > kMaxCin) return "input channels not in [2, 16]";
+  if (g.cout % 8 != 0 || g.cout > kMaxCout) return "output channels not 8, 16, 24 or 32";
+  if (g.kh > kMaxK || g.kw > kMaxK) return "kernel larger than 7x7";
+  if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16) return "not f32, bf16 or f16";
+  return "";
+}
+
+// w [cout, cin, kh, kw] (any dtype) as f32 [(i * kw + j) * cin + ci][cout].
+std::vector<float> repack_weights(const Tensor& w, const Geo& g) {
+  const Tensor w32 = amp_cast(w, DType::f32).contiguous();
+  const float* wp = w32.data<float>();
+  std::vector<float> out(static_cast<size_t>(g.kh * g.kw * g.cin * g.cout));
+  for (int64_t co = 0; co < g.cout; ++co)
+    for (int64_t ci = 0; ci < g.cin; ++ci)
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j)
+          out[static_cast<size_t>(((i * g.kw + j) * g.cin + ci) * g.cout + co)] =
+              wp[((co * g.cin + ci) * g.kh + i) * g.kw + j];
+  return out;
+}
+
+}  // namespace
+
+std::string conv_small_fwd_declines(const ConvFwdProblem& p) {
+  std::string why = common_declines(p.g, p.x.dtype());
+  if (!why.empty()) return why;
+  if (!dense(p.x, p.g.cin, p.g.h, p.g.w) || !dense(p.y, p.g.cout, p.g.oh, p.g.ow))
+    return "input or output not dense channels-last";
+  return "";
+}
+
+void conv_small_fwd(const ConvFwdProblem& pr) {
+  const Geo g = make_geo(pr.g);
+  const std::vector<float> wr = repack_weights(pr.w, g);
+  std::vector<float> bias(static_cast<size_t>(g.cout), 0.0f);
+  if (pr.b.defined()) {
+    const Tensor b32 = amp_cast(pr.b, DType::f32).contiguous();
+    std::copy_n(b32.data<float>(), g.cout, bias.begin());
+  }
+  const FwdRowFn row_fn = pick_fwd(g.cout);
+  const DType ydt = pr.y.dtype();
+  char* yb = static_cast<char*>(pr.y.data_ptr());
+  const int64_t row_elems = g.ow * g.cout, isz = static_cast<int64_t>(dtype_size(ydt));
+#pragma omp parallel
+  {
+    std::vector<float> xp(static_cast<size_t>(g.ph * g.pw * g.cin));
+    std::vector<float> row(static_cast<size_t>(row_elems));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < pr.g.n; ++n) {
+      pad_image(pr.x, n, g, xp.data());
+      for (int64_t oh = 0; oh < g.oh; ++oh) {
+        row_fn(xp.data(), g, wr.data(), bias.data(), pr.relu, oh, row.data());
+        convert_row(row.data(), DType::f32, yb + ((n * g.oh + oh) * row_elems) * isz, ydt,
+                    row_elems);
+      }
+    }
+  }
+}
+
+std::string conv_small_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
+  if (!p.dw.defined()) return "no weight gradient needed";
+  std::string why = common_declines(p.g, p.x.dtype());
+  if (!why.empty()) return why;
+  if (!dense(p.x, p.g.cin, p.g.h, p.g.w) || !dense(p.dy, p.g.cout, p.g.oh, p.g.ow))
+    return "input or output gradient not dense channels-last";
+  return "";
+}
+
+void conv_small_bwd_weights(const ConvBwdWeightsProblem& pr) {
+  const Geo g = make_geo(pr.g);
+  const int64_t m_total = g.kh * g.kw * g.cin, slot = (m_total + 1) * g.cout;  // dW then db
+  const int64_t N = pr.g.n;
+  std::vector<int64_t> off(static_cast<size_t>(m_total));
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j)
+      for (int64_t ci = 0; ci < g.cin; ++ci)
+        off[static_cast<size_t>((i * g.kw + j) * g.cin + ci)] = (i * g.pw + j) * g.cin + ci;
+  // Every element is written (by its image) before it is read: no zero-fill of the 2.5 MB.
+  const auto parts = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(N * slot));
+  const BwdImageFn image_fn = pick_bwd(g.cout);
+  const DType ddt = pr.dy.dtype();
+  const char* dyb = static_cast<const char*>(pr.dy.data_ptr());
+  const int64_t img_elems = g.oh * g.ow * g.cout, isz = static_cast<int64_t>(dtype_size(ddt));
+#pragma omp parallel
+  {
+    std::vector<float> xp(static_cast<size_t>(g.ph * g.pw * g.cin));
+    std::vector<float> dy32(static_cast<size_t>(img_elems));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      pad_image(pr.x, n, g, xp.data());
+      convert_row(dyb + n * img_elems * isz, ddt, dy32.data(), DType::f32, img_elems);
+      image_fn(xp.data(), dy32.data(), g, off.data(), parts.get() + n * slot);
+    }
+  }
+  // The images' slots summed in image order (deterministic), dW stored as [cout][cin][kh][kw].
+  const std::vector<float> total = sum_slots_in_order(parts.get(), N, slot);
+  std::vector<float> dw(static_cast<size_t>(m_total * g.cout));
+  for (int64_t co = 0; co < g.cout; ++co)
+    for (int64_t ci = 0; ci < g.cin; ++ci)
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j)
+          dw[static_cast<size_t>(((co * g.cin + ci) * g.kh + i) * g.kw + j)] =
+              total[static_cast<size_t>(((i * g.kw + j) * g.cin + ci) * g.cout + co)];
+  MIXPREC_ASSERT(pr.dw.is_contiguous(), "conv_small_bwd_weights: dw must be contiguous");
+  convert_row(dw.data(), DType::f32, pr.dw.data_ptr(), pr.dw.dtype(), m_total * g.cout);
+  if (pr.db.defined()) {
+    MIXPREC_ASSERT(pr.db.is_contiguous(), "conv_small_bwd_weights: db must be contiguous");
+    convert_row(total.data() + m_total * g.cout, DType::f32, pr.db.data_ptr(), pr.db.dtype(),
+                g.cout);
+  }
+}
+
+}  // namespace mixprec::ops::cpu
