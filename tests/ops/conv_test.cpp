@@ -364,6 +364,17 @@ TEST(Conv2d, Im2colGemmMatchesReferenceForSmallReductions) {
   }
 }
 
+// conv2d forced onto `impl`: y, and the gradients of w (and b, when defined) for a random f32
+// output gradient drawn from `seed` (x needs none: no backward-data).
+std::pair<Tensor, V> forward_and_weight_grads(const char* impl, const Tensor& x, const Tensor& w,
+                                             const Tensor& b, const ops::Conv2dOptions& o, uint64_t seed) {
+  ops::ForceImpl force(impl);
+  Tensor y = ops::conv2d(x, w, b, o);
+  V g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), seed, DType::f32))),
+             b.defined() ? V{w, b} : V{w});
+  return {y, g};
+}
+
 TEST(Conv2d, DirectSingleChannelMatchesReference) {
   // First layers (1 input channel, stride 1, up to 8 output channels, channels-last or
   // contiguous) forced onto the direct kernel: forward and backward-weights, every dtype, widths
@@ -391,15 +402,8 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
       const Tensor x = random(c.x, 91, d);
       const Tensor w = random(c.w, 92, DType::f32).astype(d).set_requires_grad(true);
       const Tensor b = c.bias ? random({c.w[0]}, 93, DType::f32).astype(d).set_requires_grad(true) : Tensor();
-      auto run = [&](const char* impl) {
-        ops::ForceImpl force(impl);
-        Tensor y = ops::conv2d(x, w, b, c.o);
-        auto g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), 94, DType::f32))),
-                      c.bias ? V{w, b} : V{w});
-        return std::pair{y, g};
-      };
-      const auto [yd, gd] = run("direct_c1");
-      const auto [yr, gr] = run("ref");
+      const auto [yd, gd] = forward_and_weight_grads("direct_c1", x, w, b, c.o, 94);
+      const auto [yr, gr] = forward_and_weight_grads("ref", x, w, b, c.o, 94);
       const std::string what = shape_str(c.w) + " " + std::string(dtype_name(d));
       if (c.o.output_format == ops::MemoryFormat::contiguous)
         EXPECT_TRUE(yd.is_contiguous()) << what;
@@ -478,22 +482,17 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
       const Tensor x = channels_last(random(c.x, 81, d));
       const Tensor w = random(c.w, 82, DType::f32, -0.5, 0.5).astype(d).set_requires_grad(true);
       const Tensor b = c.bias ? random({c.w[0]}, 83, DType::f32).astype(d).set_requires_grad(true) : Tensor();
-      auto run = [&](const char* impl) {
-        ops::ForceImpl force(impl);
-        Tensor y = ops::conv2d(x, w, b, c.o);
-        auto g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), 84, DType::f32))),
-                      c.bias ? V{w, b} : V{w});
-        return std::pair{y, g};
-      };
-      const auto [yd, gd] = run("direct_small");
-      const auto [yr, gr] = run("ref");
+      const auto [yd, gd] = forward_and_weight_grads("direct_small", x, w, b, c.o, 84);
+      const auto [yr, gr] = forward_and_weight_grads("ref", x, w, b, c.o, 84);
       const std::string what = shape_str(c.x) + " * " + shape_str(c.w) + " " + std::string(dtype_name(d));
       EXPECT_TRUE(strides_are_nhwc(yd)) << what;
       const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
       EXPECT_TRUE(all_close(yd, yr, tol)) << what;
       const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
       EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
-      if (c.bias) EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+      if (c.bias) {
+        EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+      }
       EXPECT_EQ(gd[0].dtype(), w.dtype());
     }
   }
@@ -519,7 +518,9 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
     for (size_t k = 0; k < r.size(); ++k) {
       EXPECT_EQ(std::isfinite(a[k]), std::isfinite(r[k])) << "dw element " << k;
       infinite += !std::isfinite(r[k]);
-      if (std::isfinite(r[k])) EXPECT_NEAR(a[k], r[k], 1e-4 * (1 + std::fabs(r[k]))) << k;
+      if (std::isfinite(r[k])) {
+        EXPECT_NEAR(a[k], r[k], 1e-4 * (1 + std::fabs(r[k]))) << k;
+      }
     }
     EXPECT_EQ(infinite, 8) << "one tap of channel 2 per output channel reads the last row's last column";
   }

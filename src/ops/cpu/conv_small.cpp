@@ -255,6 +255,15 @@ std::string common_declines(const ConvGeometry& g, DType dt) {
   return "";
 }
 
+// x and the output (gradient) `image` must also be dense channels-last (`layout_why` otherwise).
+std::string declines(const ConvGeometry& g, const Tensor& x, const Tensor& image,
+                     const char* layout_why) {
+  std::string why = common_declines(g, x.dtype());
+  if (why.empty() && (!dense(x, g.cin, g.h, g.w) || !dense(image, g.cout, g.oh, g.ow)))
+    why = layout_why;
+  return why;
+}
+
 // w [cout, cin, kh, kw] (any dtype) as f32 [(i * kw + j) * cin + ci][cout].
 std::vector<float> repack_weights(const Tensor& w, const Geo& g) {
   const Tensor w32 = amp_cast(w, DType::f32).contiguous();
@@ -272,11 +281,7 @@ std::vector<float> repack_weights(const Tensor& w, const Geo& g) {
 }  // namespace
 
 std::string conv_small_fwd_declines(const ConvFwdProblem& p) {
-  std::string why = common_declines(p.g, p.x.dtype());
-  if (!why.empty()) return why;
-  if (!dense(p.x, p.g.cin, p.g.h, p.g.w) || !dense(p.y, p.g.cout, p.g.oh, p.g.ow))
-    return "input or output not dense channels-last";
-  return "";
+  return declines(p.g, p.x, p.y, "input or output not dense channels-last");
 }
 
 void conv_small_fwd(const ConvFwdProblem& pr) {
@@ -309,11 +314,7 @@ void conv_small_fwd(const ConvFwdProblem& pr) {
 
 std::string conv_small_bwd_weights_declines(const ConvBwdWeightsProblem& p) {
   if (!p.dw.defined()) return "no weight gradient needed";
-  std::string why = common_declines(p.g, p.x.dtype());
-  if (!why.empty()) return why;
-  if (!dense(p.x, p.g.cin, p.g.h, p.g.w) || !dense(p.dy, p.g.cout, p.g.oh, p.g.ow))
-    return "input or output gradient not dense channels-last";
-  return "";
+  return declines(p.g, p.x, p.dy, "input or output gradient not dense channels-last");
 }
 
 void conv_small_bwd_weights(const ConvBwdWeightsProblem& pr) {
