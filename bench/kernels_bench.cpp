@@ -287,19 +287,21 @@ void BM_first_conv(benchmark::State& state, const char* impl) {
 }
 
 // A conv with few input channels (LeNet's second: 6 -> 16 channels, 5x5 on 14x14, bf16,
-// channels-last as at O2): forward with bias, then the weight and bias gradients. impl
-// "low_via_f32_batched" forces oneDNN's f32 kernels on widened chunks (what dispatch ran before
-// direct_small); "" lets dispatch choose. Args: N, Cin, Cout, side, kernel.
+// channels-last as at O2): forward with bias, then the weight and bias gradients, and the input's
+// when the last arg is 1. impl "low_via_f32_batched" forces oneDNN's f32 kernels on widened
+// chunks (what dispatch ran before direct_small); "" lets dispatch choose. Args: N, Cin, Cout,
+// side, kernel, with input gradient.
 void BM_small_conv(benchmark::State& state, const char* impl) {
   Generator gen(7);
   const int64_t n = state.range(0), cin = state.range(1), cout = state.range(2), side = state.range(3),
                 k = state.range(4);
-  const Tensor x = randn({n, side, side, cin}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2});
+  const bool dx = state.range(5) != 0;
+  const Tensor x = randn({n, side, side, cin}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2}).set_requires_grad(dx);
   const Tensor w = randn({cout, cin, k, k}, gen, {.dtype = DType::bf16}).set_requires_grad(true);
   const Tensor b = randn({cout}, gen, {.dtype = DType::bf16}).set_requires_grad(true);
   const int64_t o = side - k + 1;
   const Tensor gy = randn({n, o, o, cout}, gen, {.dtype = DType::bf16}).permute({0, 3, 1, 2});
-  const std::vector<Tensor> leaves{w, b};
+  const std::vector<Tensor> leaves = dx ? std::vector<Tensor>{w, b, x} : std::vector<Tensor>{w, b};
   ops::ForceImpl force(impl);
   auto step = [&] {
     const Tensor y = ops::conv2d(x, w, b, {});
@@ -308,7 +310,7 @@ void BM_small_conv(benchmark::State& state, const char* impl) {
   step();
   const auto t0 = Clock::now();
   for (auto _ : state) step();
-  const std::string key = "small_conv/" + std::to_string(cin) + "/" + std::to_string(cout);
+  const std::string key = "small_conv/" + std::to_string(cin) + "/" + std::to_string(cout) + "/" + std::to_string(dx);
   const double rate = rate_since(state, 1.0, t0);
   if (*impl) baselines()[key] = rate;
   else set_ratio(state, "x_onednn_f32", key, rate);
@@ -477,8 +479,8 @@ BENCHMARK_CAPTURE(BM_momentum_step, amp_bf16_copies, true)->Apply(timed);
 // chunk to f32 where bf16 is emulated (no AVX-512), in bf16 through oneDNN where it is native.
 BENCHMARK_CAPTURE(BM_first_conv, im2col, cpu_features().avx512f ? "im2col_gemm" : "im2col_gemm_via_f32")->Args({256, 6, 5, 2, 0})->Args({256, 32, 3, 0, 0})->Args({256, 32, 3, 1, 0})->Args({256, 32, 3, 0, 1})->Apply(timed);
 BENCHMARK_CAPTURE(BM_first_conv, dispatch, "")->Args({256, 6, 5, 2, 0})->Args({256, 32, 3, 0, 0})->Args({256, 32, 3, 1, 0})->Args({256, 32, 3, 0, 1})->Apply(timed);
-BENCHMARK_CAPTURE(BM_small_conv, onednn_f32, "low_via_f32_batched")->Args({256, 6, 16, 14, 5})->Apply(timed);
-BENCHMARK_CAPTURE(BM_small_conv, dispatch, "")->Args({256, 6, 16, 14, 5})->Apply(timed);
+BENCHMARK_CAPTURE(BM_small_conv, onednn_f32, "low_via_f32_batched")->Args({256, 6, 16, 14, 5, 0})->Args({256, 6, 16, 14, 5, 1})->Apply(timed);
+BENCHMARK_CAPTURE(BM_small_conv, dispatch, "")->Args({256, 6, 16, 14, 5, 0})->Args({256, 6, 16, 14, 5, 1})->Apply(timed);
 BENCHMARK(BM_max_pool)->Args({6, 28})->Args({16, 10})->Args({32, 28})->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, f32_onednn, DType::f32, "onednn")->DenseRange(0, 2)->Apply(timed);
 BENCHMARK_CAPTURE(BM_skinny_gemm, f32, DType::f32, "")->DenseRange(0, 2)->Apply(timed);

@@ -365,13 +365,14 @@ TEST(Conv2d, Im2colGemmMatchesReferenceForSmallReductions) {
 }
 
 // conv2d forced onto `impl`: y, and the gradients of w (and b, when defined) for a random f32
-// output gradient drawn from `seed` (x needs none: no backward-data).
+// output gradient drawn from `seed`, then x's when x requires grad (backward-data).
 std::pair<Tensor, V> forward_and_weight_grads(const char* impl, const Tensor& x, const Tensor& w,
                                              const Tensor& b, const ops::Conv2dOptions& o, uint64_t seed) {
   ops::ForceImpl force(impl);
   Tensor y = ops::conv2d(x, w, b, o);
-  V g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), seed, DType::f32))),
-             b.defined() ? V{w, b} : V{w});
+  V wrt = b.defined() ? V{w, b} : V{w};
+  if (x.requires_grad()) wrt.push_back(x);
+  V g = grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), seed, DType::f32))), wrt);
   return {y, g};
 }
 
@@ -460,7 +461,7 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
 
 TEST(Conv2d, DirectSmallChannelsMatchesReference) {
   // Few input channels (2-16), 8-32 output channels, channels-last, stride 1, forced onto the
-  // direct kernel: forward (bias, ReLU) and backward-weights, every dtype; each register count
+  // direct kernels: forward (bias, ReLU), backward-data and backward-weights, every dtype; each register count
   // (8, 16, 24, 32 channels), rows with and without a partial pixel block, (tap, channel) counts
   // with and without a partial block, asymmetric padding.
   const CpuFeatures& f = cpu_features();
@@ -479,7 +480,7 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
   };
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     for (const Case& c : cases) {
-      const Tensor x = channels_last(random(c.x, 81, d));
+      const Tensor x = channels_last(random(c.x, 81, d)).set_requires_grad(true);
       const Tensor w = random(c.w, 82, DType::f32, -0.5, 0.5).astype(d).set_requires_grad(true);
       const Tensor b = c.bias ? random({c.w[0]}, 83, DType::f32).astype(d).set_requires_grad(true) : Tensor();
       const auto [yd, gd] = forward_and_weight_grads("direct_small", x, w, b, c.o, 84);
@@ -494,6 +495,9 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
         EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
       }
       EXPECT_EQ(gd[0].dtype(), w.dtype());
+      // dx: sums of cout * (taps that read the input) products in another order, one rounding.
+      EXPECT_TRUE(all_close(gd.back(), gr.back(), gtol)) << what << " dx";
+      EXPECT_EQ(gd.back().dtype(), d);
     }
   }
   // NaN propagates through the fused ReLU; an inf in the input reaches exactly the weight-gradient

@@ -233,6 +233,82 @@ BwdImageFn pick_bwd(int64_t cout) {
   }
 }
 
+// ---------------------------------------------------------------- backward-data
+
+// col[q][m] = sum over co of dy[q][co] * w[co][m] for P output pixels q from q0 and V vectors of m
+// (m = (i * kw + j) * cin + ci, padded to mp, a multiple of 8) from vector v0: what each output
+// pixel's gradient gives each input it read. wt: w as [cout][mp] (zero past m_total).
+template <int P, int V> MIXPREC_ALWAYS_INLINE void col_block(const float* dy, int64_t q0,
+                                                             const float* wt, int64_t mp,
+                                                             int64_t v0, int64_t cout, float* col) {
+  v8 acc[P][V];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[p][v] = v8{};
+  for (int64_t co = 0; co < cout; ++co) {
+    v8 w[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) w[v] = loadv(wt + co * mp + (v0 + v) * 8);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const float d = dy[(q0 + p) * cout + co];
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[p][v] += d * w[v];
+    }
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) storev(col + (q0 + p) * mp + (v0 + v) * 8, acc[p][v]);
+}
+
+template <int P, int R> MIXPREC_ALWAYS_INLINE void col_tail(int64_t rem, const float* dy,
+                                                            int64_t q0, const float* wt, int64_t mp,
+                                                            int64_t v0, int64_t cout, float* col) {
+  if constexpr (R >= 1) {
+    if (rem == R)
+      col_block<P, R>(dy, q0, wt, mp, v0, cout, col);
+    else
+      col_tail<P, R - 1>(rem, dy, q0, wt, mp, v0, cout, col);
+  }
+}
+
+// One image: col (pixels x mp) from dy (pixels x cout), 2 pixels x 5 vectors a block (10
+// accumulators, 5 weight vectors, 1 broadcast: 16 registers).
+template <int P> MIXPREC_ALWAYS_INLINE void col_pixels(const float* dy, int64_t q0, const float* wt,
+                                                       int64_t mp, int64_t cout, float* col) {
+  constexpr int V = 5;
+  const int64_t nv = mp / 8;
+  int64_t v0 = 0;
+  for (; v0 + V <= nv; v0 += V) col_block<P, V>(dy, q0, wt, mp, v0, cout, col);
+  col_tail<P, V - 1>(nv - v0, dy, q0, wt, mp, v0, cout, col);
+}
+
+__attribute__((target("avx2,fma"))) void col_image(const float* dy, int64_t pixels, const float* wt,
+                                                   int64_t mp, int64_t cout, float* col) {
+  int64_t q = 0;
+  for (; q + 2 <= pixels; q += 2) col_pixels<2>(dy, q, wt, mp, cout, col);
+  if (q < pixels) col_pixels<1>(dy, q, wt, mp, cout, col);
+}
+
+// dxp (f32, the padded image [ph][pw][cin], zeroed) += each pixel's col row at the inputs it
+// read, in pixel order (deterministic). For a pixel and kernel row i the kw taps are contiguous in
+// both col and dxp: one run of kw * cin floats, never clipped (the padding absorbs the border
+// pixels' taps and is dropped afterwards).
+void col_to_padded(const float* col, const Geo& g, int64_t mp, float* __restrict dxp) {
+  const int64_t len = g.kw * g.cin;
+  for (int64_t oh = 0; oh < g.oh; ++oh)
+    for (int64_t ow = 0; ow < g.ow; ++ow) {
+      const float* __restrict c = col + (oh * g.ow + ow) * mp;
+      for (int64_t i = 0; i < g.kh; ++i) {
+        const float* __restrict src = c + i * len;
+        float* __restrict dst = dxp + ((oh + i) * g.pw + ow) * g.cin;
+        for (int64_t e = 0; e < len; ++e) dst[e] += src[e];
+      }
+    }
+}
+
 // ---------------------------------------------------------------- shared
 
 // t dense channels-last: [n, c, h, w] with strides [h * w * c, 1, w * c, c].
@@ -308,6 +384,46 @@ void conv_small_fwd(const ConvFwdProblem& pr) {
         convert_row(row.data(), DType::f32, yb + ((n * g.oh + oh) * row_elems) * isz, ydt,
                     row_elems);
       }
+    }
+  }
+}
+
+std::string conv_small_bwd_data_declines(const ConvBwdDataProblem& p) {
+  return declines(p.g, p.dx, p.dy, "input gradient or output gradient not dense channels-last");
+}
+
+void conv_small_bwd_data(const ConvBwdDataProblem& pr) {
+  const Geo g = make_geo(pr.g);
+  const int64_t m_total = g.kh * g.kw * g.cin, mp = (m_total + 7) / 8 * 8;
+  std::vector<float> wt(static_cast<size_t>(g.cout * mp), 0.0f);  // [cout][mp]
+  {
+    const std::vector<float> wr = repack_weights(pr.w, g);  // [m][cout]
+    for (int64_t m = 0; m < m_total; ++m)
+      for (int64_t co = 0; co < g.cout; ++co)
+        wt[static_cast<size_t>(co * mp + m)] = wr[static_cast<size_t>(m * g.cout + co)];
+  }
+  const DType ddt = pr.dy.dtype(), xdt = pr.dx.dtype();
+  const char* dyb = static_cast<const char*>(pr.dy.data_ptr());
+  char* dxb = static_cast<char*>(pr.dx.data_ptr());
+  const int64_t pixels = g.oh * g.ow, dy_elems = pixels * g.cout, dx_elems = g.h * g.w * g.cin;
+  const int64_t dsz = static_cast<int64_t>(dtype_size(ddt)),
+                xsz = static_cast<int64_t>(dtype_size(xdt));
+#pragma omp parallel
+  {
+    std::vector<float> dy32(static_cast<size_t>(dy_elems));
+    std::vector<float> col(static_cast<size_t>(pixels * mp));
+    std::vector<float> dxp(static_cast<size_t>(g.ph * g.pw * g.cin));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < pr.g.n; ++n) {
+      convert_row(dyb + n * dy_elems * dsz, ddt, dy32.data(), DType::f32, dy_elems);
+      col_image(dy32.data(), pixels, wt.data(), mp, g.cout, col.data());
+      std::fill(dxp.begin(), dxp.end(), 0.0f);
+      col_to_padded(col.data(), g, mp, dxp.data());
+      // The image's rows out of the padding (stride 1: input row ih is padded row ih + pad_t).
+      char* out = dxb + n * dx_elems * xsz;
+      for (int64_t ih = 0; ih < g.h; ++ih)
+        convert_row(dxp.data() + ((ih + g.pad_t) * g.pw + g.pad_l) * g.cin, DType::f32,
+                    out + ih * g.w * g.cin * xsz, xdt, g.w * g.cin);
     }
   }
 }

@@ -34,6 +34,8 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& p);
 // Direct convolution for 2-16 input and 8-32 output channels, channels-last (conv_small.cpp).
 std::string conv_small_fwd_declines(const ConvFwdProblem& p);
 void conv_small_fwd(const ConvFwdProblem& p);
+std::string conv_small_bwd_data_declines(const ConvBwdDataProblem& p);
+void conv_small_bwd_data(const ConvBwdDataProblem& p);
 std::string conv_small_bwd_weights_declines(const ConvBwdWeightsProblem& p);
 void conv_small_bwd_weights(const ConvBwdWeightsProblem& p);
 

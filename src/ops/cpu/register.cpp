@@ -26,6 +26,8 @@ void register_cpu_kernels() {
                                       cpu::conv_im2col_fwd>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvFwdProblem>(
       {"im2col_gemm", kCpu, cpu::conv_im2col_fwd_declines, cpu::conv_im2col_fwd});
+  register_kernel<ConvBwdDataProblem>(
+      {"direct_small", kCpu, cpu::conv_small_bwd_data_declines, cpu::conv_small_bwd_data});
   register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_bwd_data_declines,
                                       cpu::conv_im2col_bwd_data>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvBwdDataProblem>(
