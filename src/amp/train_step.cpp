@@ -186,6 +186,7 @@ void TrainOneStepCell::agree_on_event(std::optional<NonFiniteEvent>& event) cons
 }
 
 std::vector<comm::RankCheckEntry> TrainOneStepCell::rank_check_entries() const {
+  sync();  // device steps in flight complete first: the counters and the scale are then current
   std::vector<comm::RankCheckEntry> e;
   const std::vector<Tensor>& params = optimizer_.parameters();
   for (size_t i = 0; i < params.size(); ++i)

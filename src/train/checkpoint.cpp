@@ -84,6 +84,7 @@ int64_t run_ranks(Model& model) {
 void save_training_state(const std::filesystem::path& path, Model& model, const io::Metadata& extra) {
   if (run_ranks(model) > 1 && communication::get_rank() != 0) return;  // every rank holds the same state
   amp::TrainOneStepCell& step = model.train_network();
+  step.sync();  // device steps in flight complete first: the counters below match the weights
   NoGradGuard ng;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (auto& [name, t] : model.network().state_and_names()) tensors.emplace_back(name, t.detach().to(Device::cpu()));
