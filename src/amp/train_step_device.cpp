@@ -203,7 +203,6 @@ void check_device_options(const TrainStepOptions& o, bool parallel, Device devic
                 Hint{"train on the CPU for it (docs/cuda.md lists what the device step supports)"});
 }
 
-
 // Data parallel, after this rank's finite check set found_inf: keeps this rank's flag in
 // local_inf, makes found_inf every rank's (max; unless consensus is switched off for a test) and
 // returns the loss averaged over the ranks. All on the device (NCCL), nothing read by the host.
