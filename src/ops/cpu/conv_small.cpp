@@ -1,24 +1,30 @@
 // Direct convolution for layers with few input channels (2 to 16) and 8, 16, 24 or 32 output
-// channels, channels-last, stride 1: LeNet's second conv (6 -> 16 channels, 5x5 on 14x14), forward
-// and backward-weights, on AVX2 machines. There the 16-bit convolutions go through f32 (no native
-// bf16), and oneDNN's f32 kernels reach about half the GEMM rate on this shape (a reduction of
-// cin x kh x kw = 150 that its channel blocking of 8 does not divide well). Backward-data keeps
-// oneDNN: computed directly it is a full convolution whose padding doubles the work on small
-// images.
+// channels, channels-last, stride 1: LeNet's second conv (6 -> 16 channels, 5x5 on 14x14), on AVX2
+// machines without AVX-512. There the 16-bit convolutions go through f32 (no native bf16), and
+// oneDNN's f32 kernels reached about half the GEMM rate on this shape (a reduction of
+// cin x kh x kw = 150 that its channel blocking of 8 does not divide well).
 //
-// Both kernels widen one image at a time to an f32 copy in L1 and accumulate in f32 registers
-// whose 8 lanes are 8 output channels:
+// The kernels widen one image at a time to an f32 copy in L1 and accumulate in f32 registers:
 //  - Forward: xp = the image zero-padded by the convolution's padding, [ph][pw][cin]; weights
-//    repacked [kh][kw][cin][cout]. A block of P output pixels of a row x CB registers of 8
-//    channels keeps P x CB accumulators, the CB weight vectors of the current (tap, input
-//    channel) and one broadcast input value: P x CB + CB + 1 <= 16 registers (CB 1: P 8, CB 2:
-//    P 6, CB 3: P 4, CB 4: P 3). Each (tap, input channel) costs CB + P loads for P x CB FMAs.
-//    Bias first, ReLU (NaN kept) after, then the row is rounded once into y's dtype.
+//    repacked [kh][kw][cin][cout]. A block of P output pixels of a row x CB registers of 8 output
+//    channels keeps P x CB accumulators, the CB weight vectors of the current (tap, input channel)
+//    and one broadcast input value: P x CB + CB + 1 registers (CB 1: P 8, CB 2: P 6, CB 3: P 4, all
+//    <= 16; CB 4: P 3, 17, so one weight vector is reloaded). Each (tap, input channel) costs
+//    CB + P loads for P x CB FMAs. Bias first, ReLU (NaN kept) after, then the row is rounded once
+//    into y's dtype.
 //  - Backward-weights: for each image, dW[(i, j, ci)][co] = sum over the output pixels of
 //    xp[oh + i][ow + j][ci] * dy[oh][ow][co], T (tap, channel) pairs at a time with CB registers
 //    each; db = the sum of dy. Each image leaves its partial sums in its own slot; the slots are
 //    summed in image order, so the result does not depend on the number of threads.
-// Only the output pixels are visited: no lane ever multiplies an input the reference does not.
+//  - Backward-data: for each output pixel, col[(i, j, ci)] = sum over co of dy[co] *
+//  w[co][ci][i][j]
+//    (2 pixels x 5 vectors of (i, j, ci) a block, the lanes now running over (i, j, ci)), then each
+//    pixel's col row is added into a zero-padded f32 image at the inputs it read, in pixel order,
+//    and the image's interior is rounded once into dx's dtype. (Computed as a convolution of the
+//    padded dy instead, the padding would double the work on LeNet's 14x14 images.)
+// Forward and backward-weights visit only the output pixels, and backward-data adds only real
+// products: no lane multiplies an input the reference does not (padding lanes of col are never
+// added).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
