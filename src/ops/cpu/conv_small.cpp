@@ -9,9 +9,9 @@
 //    repacked [kh][kw][cin][cout]. A block of P output pixels of a row x CB registers of 8 output
 //    channels keeps P x CB accumulators, the CB weight vectors of the current (tap, input channel)
 //    and one broadcast input value: P x CB + CB + 1 registers (CB 1: P 8, CB 2: P 6, CB 3: P 4, all
-//    <= 16; CB 4: P 3, 17, so one weight vector is reloaded). Each (tap, input channel) costs
-//    CB + P loads for P x CB FMAs. Bias first, ReLU (NaN kept) after, then the row is rounded once
-//    into y's dtype.
+//    <= 16; CB 4: P 3 needs 17, one more than AVX2 has; not measured). Each (tap, input channel)
+//    costs CB + P loads for P x CB FMAs. Bias first, ReLU (NaN kept) after, then the row is rounded
+//    once into y's dtype.
 //  - Backward-weights: for each image, dW[(i, j, ci)][co] = sum over the output pixels of
 //    xp[oh + i][ow + j][ci] * dy[oh][ow][co], T (tap, channel) pairs at a time with CB registers
 //    each; db = the sum of dy. Each image leaves its partial sums in its own slot; the slots are
