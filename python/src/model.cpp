@@ -20,6 +20,13 @@ class PyCallback : public Callback {
   void on_step_end(RunContext& c) override { call("on_train_step_end", "step_end", c); }
   void on_epoch_end(RunContext& c) override { call("on_train_epoch_end", "epoch_end", c); }
   void on_train_end(RunContext& c) override { call("on_train_end", "end", c); }
+  // A Python callback may say that it reads only its RunContext (Callback::may_lag): define
+  // may_lag(self) returning True. Without it, each device step is waited for before its hooks.
+  bool may_lag() const override {
+    py::gil_scoped_acquire gil;
+    py::function f = py::get_override(static_cast<const Callback*>(this), "may_lag");
+    return f ? f().cast<bool>() : false;
+  }
 
  private:
   void call(const char* name, const char* legacy, RunContext& c) {
@@ -74,7 +81,12 @@ void bind_callbacks(Modules& m) {
       .def_property_readonly("batch_size", [](const RunContext& c) { return c.batch_size; })
       .def_property_readonly("net_outputs", [](const RunContext& c) { return c.step.loss; })
       .def_readonly("step", &RunContext::step);
-  py::class_<Callback, PyCallback, std::shared_ptr<Callback>>(m.train, "Callback").def(py::init<>());
+  py::class_<Callback, PyCallback, std::shared_ptr<Callback>>(m.train, "Callback")
+      .def(py::init<>())
+      .def("may_lag", &Callback::may_lag,
+           "True when on_train_step_end may come after later steps were queued (on a GPU a step's "
+           "outcome comes back asynchronously): the callback reads only its RunContext. False by "
+           "default; override it in a subclass to return True.");
   py::class_<train::LossMonitor, Callback, std::shared_ptr<train::LossMonitor>>(m.train, "LossMonitor")
       .def(py::init<int64_t>(), "per_print_times"_a = 1);
   py::class_<train::TimeMonitor, Callback, std::shared_ptr<train::TimeMonitor>>(m.train, "TimeMonitor")

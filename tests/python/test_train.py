@@ -47,6 +47,18 @@ def test_model_trains_with_python_callbacks_and_evaluates(fashion_mnist):
     assert model.eval(small_data(fashion_mnist, 640))["Accuracy"] > 0.6
 
 
+def test_callbacks_say_whether_they_may_lag():
+    # Callback.may_lag: False unless a callback reads only its RunContext (then Model.train lets a
+    # GPU's steps run ahead of the hooks); the C++ monitors say True, a Python subclass can too.
+    class Lagging(Callback):
+        def may_lag(self):
+            return True
+
+    assert Recorder().may_lag() is False
+    assert LossMonitor(10).may_lag() is True
+    assert Lagging().may_lag() is True
+
+
 def test_optimizers_follow_their_formulas():
     p0 = np.array([1.0, -2.0, 0.5], np.float32)
     g = np.array([0.1, 0.2, -0.3], np.float32)
