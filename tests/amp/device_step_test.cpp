@@ -99,6 +99,67 @@ TEST(DeviceStep, StepsInFlightFollowTheScheduleThroughSkipsBitForBit) {
   }
 }
 
+// A resume while steps are in flight: the loss-scale state and the step count the caller sets
+// stand (the steps in flight complete without overwriting them) and the next step runs with them,
+// as the host step does when they are set between its steps. At 2^20, f16 overflows at steps 1
+// and 4 and not at 2 and 3, so the steps in flight when the caller sets them both apply and skip
+// (applying or counting them over the caller's values fails this test: checked).
+TEST(DeviceStep, StateSetWhileStepsAreInFlightStands) {
+  struct Run {
+    std::vector<std::vector<float>> weights;
+    amp::LossScaleState state;
+    int64_t optimizer_step = 0, skipped = 0;
+    std::vector<amp::StepInfo> last4;
+  };
+  auto run = [](bool device) {
+    std::optional<DeviceStepOnCpu> on;
+    if (device) on.emplace(100);
+    const StepsSpec spec{.batch = 8};
+    manual_seed(7);
+    auto net = nn::make_model("simplenet");
+    nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+    optim::Momentum opt(net->trainable_params(), optim::LearningRate::cosine(0.02, 10, 0.002).with_warmup(2), 0.9);
+    auto manager = std::make_shared<amp::DynamicLossScaleManager>(1048576.0, 2.0, 2);
+    auto step = amp::build_train_network(*net, opt, loss_fn, "O2",
+                                         {.cast_model_type = DType::f16, .loss_scale_manager = manager});
+    Run r;
+    for (int k = 0; k < 8; ++k) {
+      if (k == 4) {
+        if (device) {
+          EXPECT_EQ(step->attempted_steps() - step->poll_steps(), 3) << "three steps in flight";
+        }
+        manager->set_state({.scale = 1024.0});
+        opt.set_global_step(1);
+      }
+      const auto [x, y] = steps_batch(spec, k);
+      (void)(*step)(x, y);
+      if (!device && k >= 4) r.last4.push_back(step->last_step());  // the host step: at once
+    }
+    step->sync();
+    if (device)  // the last kKeptOutcomes completed steps are kept
+      for (int64_t k = 5; k <= 8; ++k) r.last4.push_back(step->completed_step(k));
+    for (const Tensor& p : net->trainable_params()) r.weights.push_back(p.to_vector<float>());
+    r.state = manager->state();
+    r.optimizer_step = opt.global_step();
+    r.skipped = step->skipped_steps();
+    return r;
+  };
+  const Run host = run(false), dev = run(true);
+  ASSERT_GT(host.skipped, 0) << "the first steps must overflow";
+  EXPECT_EQ(dev.skipped, host.skipped);
+  EXPECT_EQ(dev.optimizer_step, host.optimizer_step);
+  EXPECT_EQ(dev.state.scale, host.state.scale);
+  EXPECT_EQ(dev.state.good_steps, host.state.good_steps);
+  for (size_t k = 0; k < host.last4.size(); ++k) {
+    EXPECT_EQ(dev.last4[k].loss, host.last4[k].loss) << "step " << k + 5;
+    EXPECT_EQ(dev.last4[k].loss_scale, host.last4[k].loss_scale) << "step " << k + 5;
+    EXPECT_EQ(dev.last4[k].lr, host.last4[k].lr) << "step " << k + 5;
+    EXPECT_EQ(dev.last4[k].skipped, host.last4[k].skipped) << "step " << k + 5;
+  }
+  EXPECT_EQ(host.last4.front().loss_scale, 1024.0) << "the caller's scale is the next step's";
+  expect_close(dev.weights, host.weights, 0.0, "weight");
+}
+
 TEST(DeviceStep, O2ConvnetBnWithFixedScaleAndSgdEqualsTheHostStep) {
   expect_same_bits({.model = "convnet-bn", .level = "O2", .low = DType::f16,
                     .manager = [] { return Ref<amp::LossScaleManager>(amp::FixedLossScaleManager(1024.0)); },
