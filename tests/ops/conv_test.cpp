@@ -376,6 +376,21 @@ std::pair<Tensor, V> forward_and_weight_grads(const char* impl, const Tensor& x,
   return {y, g};
 }
 
+// A direct kernel's forward (yd) and gradients (gd: dw, [db,] ...) against the reference's: y to
+// f32's or the dtype's tolerance; dW and db are f32 sums in another order, then rounded to the
+// parameter's dtype: one rounding of that dtype apart at most.
+void expect_direct_matches_reference(const Tensor& yd, const V& gd, const Tensor& yr, const V& gr, DType d,
+                                     const Tensor& w, bool bias, const std::string& what) {
+  const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
+  EXPECT_TRUE(all_close(yd, yr, tol)) << what;
+  const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
+  EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
+  if (bias) {
+    EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
+  }
+  EXPECT_EQ(gd[0].dtype(), w.dtype());
+}
+
 TEST(Conv2d, DirectSingleChannelMatchesReference) {
   // First layers (1 input channel, stride 1, up to 8 output channels, channels-last or
   // contiguous) forced onto the direct kernel: forward and backward-weights, every dtype, widths
@@ -410,16 +425,7 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
         EXPECT_TRUE(yd.is_contiguous()) << what;
       else
         EXPECT_TRUE(strides_are_nhwc(yd)) << what;
-      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
-      EXPECT_TRUE(all_close(yd, yr, tol)) << what;
-      // dW and db are f32 sums in another order, then rounded to the parameter's dtype: one
-      // rounding of that dtype apart at most.
-      const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
-      EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
-      if (c.bias) {
-        EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
-      }
-      EXPECT_EQ(gd[0].dtype(), w.dtype());
+      expect_direct_matches_reference(yd, gd, yr, gr, d, w, c.bias, what);
     }
   }
   // NaN propagates through the fused ReLU, and f16 overflows to inf, as on the reference path.
@@ -487,15 +493,9 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
       const auto [yr, gr] = forward_and_weight_grads("ref", x, w, b, c.o, 84);
       const std::string what = shape_str(c.x) + " * " + shape_str(c.w) + " " + std::string(dtype_name(d));
       EXPECT_TRUE(strides_are_nhwc(yd)) << what;
-      const testing::Tolerance tol = d == DType::f32 ? testing::Tolerance{1e-5, 1e-5} : testing::tolerance_for(d);
-      EXPECT_TRUE(all_close(yd, yr, tol)) << what;
-      const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
-      EXPECT_TRUE(all_close(gd[0], gr[0], gtol)) << what << " dw";
-      if (c.bias) {
-        EXPECT_TRUE(all_close(gd[1], gr[1], gtol)) << what << " db";
-      }
-      EXPECT_EQ(gd[0].dtype(), w.dtype());
+      expect_direct_matches_reference(yd, gd, yr, gr, d, w, c.bias, what);
       // dx: sums of cout * (taps that read the input) products in another order, one rounding.
+      const testing::Tolerance gtol = d == DType::f32 ? testing::Tolerance{1e-4, 1e-4} : testing::tolerance_for(d);
       EXPECT_TRUE(all_close(gd.back(), gr.back(), gtol)) << what << " dx";
       EXPECT_EQ(gd.back().dtype(), d);
     }

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -151,13 +152,13 @@ template <int CB> __attribute__((target("avx2,fma"))) void fwd_row(const float* 
 using FwdRowFn = void (*)(const float*, const Geo&, const float*, const float*, bool, int64_t,
                           float*);
 
+// The instance of a kernel for cout / 8 registers of channels (cout: 8, 16, 24 or 32).
+template <class Fn> Fn by_registers(int64_t cout, std::initializer_list<Fn> per_count) {
+  return per_count.begin()[cout / 8 - 1];
+}
+
 FwdRowFn pick_fwd(int64_t cout) {
-  switch (cout / 8) {
-    case 1: return &fwd_row<1>;
-    case 2: return &fwd_row<2>;
-    case 3: return &fwd_row<3>;
-    default: return &fwd_row<4>;
-  }
+  return by_registers<FwdRowFn>(cout, {&fwd_row<1>, &fwd_row<2>, &fwd_row<3>, &fwd_row<4>});
 }
 
 // ---------------------------------------------------------------- backward-weights
@@ -231,12 +232,8 @@ __attribute__((target("avx2,fma"))) void bwd_w_image(const float* xp, const floa
 using BwdImageFn = void (*)(const float*, const float*, const Geo&, const int64_t*, float*);
 
 BwdImageFn pick_bwd(int64_t cout) {
-  switch (cout / 8) {
-    case 1: return &bwd_w_image<1>;
-    case 2: return &bwd_w_image<2>;
-    case 3: return &bwd_w_image<3>;
-    default: return &bwd_w_image<4>;
-  }
+  return by_registers<BwdImageFn>(
+      cout, {&bwd_w_image<1>, &bwd_w_image<2>, &bwd_w_image<3>, &bwd_w_image<4>});
 }
 
 // ---------------------------------------------------------------- backward-data
@@ -317,10 +314,9 @@ void col_to_padded(const float* col, const Geo& g, int64_t mp, float* __restrict
 
 // ---------------------------------------------------------------- shared
 
-// t dense channels-last: [n, c, h, w] with strides [h * w * c, 1, w * c, c].
-bool dense(const Tensor& t, int64_t c, int64_t h, int64_t w) {
-  const Strides& s = t.strides();
-  return s[1] == 1 && s[3] == c && s[2] == w * c && s[0] == h * w * c;
+// t dense channels-last: exactly the strides a channels-last image of its shape is allocated with.
+bool dense_nhwc(const Tensor& t) {
+  return t.strides() == image_strides(t.shape(), ImageLayout::nhwc);
 }
 
 std::string common_declines(const ConvGeometry& g, DType dt) {
@@ -341,8 +337,7 @@ std::string common_declines(const ConvGeometry& g, DType dt) {
 std::string declines(const ConvGeometry& g, const Tensor& x, const Tensor& image,
                      const char* layout_why) {
   std::string why = common_declines(g, x.dtype());
-  if (why.empty() && (!dense(x, g.cin, g.h, g.w) || !dense(image, g.cout, g.oh, g.ow)))
-    why = layout_why;
+  if (why.empty() && (!dense_nhwc(x) || !dense_nhwc(image))) why = layout_why;
   return why;
 }
 
