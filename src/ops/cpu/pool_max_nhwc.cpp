@@ -45,9 +45,9 @@ namespace {
 // order and with its compare; then the columns w0 = ow*sw are gathered. The passes compute sw
 // times the needed starts but have no per-window overhead, which at C = 6 was most of the cost.
 // The compare is written out here and in the per-window loop: one inline helper for both measured
-// slower at 32 channels (best of 6 alternated runs 1.9-2.9 against 2.6-3.4 ms), so it stays twice.
-// rows: kh widened input rows (valid[i] false: outside the image, skipped); writes out[ow*C + c]
-// and the argmax (as u8 into w, when given). The first valid tap starts from -inf with its own
+// slower at 32 channels (6 alternated runs: 1.9-2.9 ms written out, 2.6-3.4 ms shared), so it stays
+// twice. rows: kh widened input rows (valid[i] false: outside the image, skipped); writes out[ow*C
+// + c] and the argmax (as u8 into w, when given). The first valid tap starts from -inf with its own
 // index and is then compared like the others: the same maximum and first argmax as the per-window
 // loop, a -inf or NaN first value included.
 void dense_row(const PoolGeometry& g, const float* rows, const char* valid, float* best, float* arg,
