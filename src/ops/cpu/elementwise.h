@@ -4,7 +4,8 @@
 // or f64 when any operand is f64) with the vectorised converters, f applied in a plain loop the
 // compiler vectorises, the result rounded once to the output dtype. Chunks are spread over
 // OpenMP threads; each output element is written by one thread, so results do not depend on
-// the thread count. cpu::pointwise (cpu/elementwise.cpp) runs every pointwise formula through it.
+// the thread count. cpu::pointwise (cpu/elementwise.cpp) runs every pointwise formula through it;
+// a RowFormula (below) takes whole chunks instead of single elements.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +20,14 @@
 namespace mixprec::ops::cpu {
 
 inline constexpr int64_t kChunk = 512;
+
+// A formula computed a row at a time (cpu/activations.cpp's vector kernels) instead of element
+// by element: f.rows(in, out, n) with in[k] the k-th operand's n values in the compute type
+// (in[k] for k >= the arity is unspecified).
+template <class F>
+concept RowFormula = requires {
+  std::remove_cvref_t<F>::kRows;
+};
 
 struct IterLayout {
   Shape sizes;                     // merged dims of the output
@@ -66,24 +75,35 @@ bool run_flat(const Tensor& out, const std::array<const Tensor*, N>& ins, F& f) 
   const C* const a = static_cast<const C*>(ins[0]->data_ptr());
   const C* const b = N > 1 ? static_cast<const C*>(ins[1]->data_ptr()) : nullptr;
   const C* const c = N > 2 ? static_cast<const C*>(ins[2]->data_ptr()) : nullptr;
-#pragma omp parallel if (n >= 32768)
-  {
-    // Thread-local restrict copies of the pointers, so the vectoriser sees no aliasing.
-    C* __restrict op = o;
-    const C* __restrict ap = a;
-    const C* __restrict bp = b;
-    const C* __restrict cp = c;
-#pragma omp for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (N == 1)
-        op[i] = f(ap[i]);
-      else if constexpr (N == 2)
-        op[i] = f(ap[i], bp[i]);
-      else
-        op[i] = f(ap[i], bp[i], cp[i]);
+  if constexpr (RowFormula<F>) {
+    const int64_t blocks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= 32768)
+    for (int64_t k = 0; k < blocks; ++k) {
+      const int64_t lo = k * kChunk;
+      const std::array<const C*, 3> in{a + lo, b ? b + lo : nullptr, c ? c + lo : nullptr};
+      f.rows(in, o + lo, std::min(kChunk, n - lo));
     }
+    return true;
+  } else {
+#pragma omp parallel if (n >= 32768)
+    {
+      // Thread-local restrict copies of the pointers, so the vectoriser sees no aliasing.
+      C* __restrict op = o;
+      const C* __restrict ap = a;
+      const C* __restrict bp = b;
+      const C* __restrict cp = c;
+#pragma omp for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (N == 1)
+          op[i] = f(ap[i]);
+        else if constexpr (N == 2)
+          op[i] = f(ap[i], bp[i]);
+        else
+          op[i] = f(ap[i], bp[i], cp[i]);
+      }
+    }
+    return true;
   }
-  return true;
 }
 
 template <class C, size_t N, class F>
@@ -147,15 +167,19 @@ void run_elementwise_impl(const Tensor& out, const std::array<const Tensor*, N>&
         load_chunk<C>(ibase[k] + (off[k + 1] + start * st) * ies[k], ins[k]->dtype(), st, n,
                       buf[k]);
       }
-      // omp simd: branch-free selects (relu masks, where) instead of mispredicted jumps.
+      if constexpr (RowFormula<F>) {
+        f.rows({buf[0], buf[N > 1 ? 1 : 0], buf[N > 2 ? 2 : 0]}, res, n);
+      } else {
+        // omp simd: branch-free selects (relu masks, where) instead of mispredicted jumps.
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) {
-        if constexpr (N == 1)
-          res[i] = f(buf[0][i]);
-        else if constexpr (N == 2)
-          res[i] = f(buf[0][i], buf[1][i]);
-        else
-          res[i] = f(buf[0][i], buf[1][i], buf[2][i]);
+        for (int64_t i = 0; i < n; ++i) {
+          if constexpr (N == 1)
+            res[i] = f(buf[0][i]);
+          else if constexpr (N == 2)
+            res[i] = f(buf[0][i], buf[1][i]);
+          else
+            res[i] = f(buf[0][i], buf[1][i], buf[2][i]);
+        }
       }
       // The output is dense and its dims are ordered by stride: its inner stride is 1.
       convert_row(res, cdt, obase + (off[0] + start) * oes, odt, n);

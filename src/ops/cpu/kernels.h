@@ -4,6 +4,7 @@
 // The elementwise engine behind cpu::pointwise is in cpu/elementwise.h.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "ops/attention_problem.h"
@@ -15,6 +16,11 @@
 
 namespace mixprec::ops::cpu {
 
+namespace simd {  // simd.h
+enum class Isa;
+enum class Activation;
+}  // namespace simd
+
 // batch_norm16.cpp: "" for the 16-bit dtypes that the CPU's GEMMs and convolutions (oneDNN)
 // compute in f32 (f16 always, bf16 without AVX-512), else why not: the dtypes for which the cpu
 // backend's kernels widen tile by tile instead of computing natively.
@@ -24,6 +30,15 @@ std::string why_not_via_f32(DType d);
 void pointwise(const PointwiseProblem& p);
 std::string relu_bits16_declines(const PointwiseProblem& p);
 void relu_bits16(const PointwiseProblem& p);
+// activations.cpp: gelu (erf and tanh forms), their gradients, erf and exp on f32 rows,
+// vectorised (simd.h): the row kernel of a pointwise formula, if it has one; the pointwise
+// kernel that runs those (through the elementwise engine, any dtype and layout, f32 compute);
+// and the row kernel itself (a: the input, or a gradient's incoming g; b: its saved x, else null).
+std::optional<simd::Activation> row_kernel_of(PointwiseFn fn);
+std::string vector_rows_declines(const PointwiseProblem& p);
+void vector_rows(const PointwiseProblem& p);
+void activation_rows(simd::Activation act, simd::Isa isa, const float* a, const float* b,
+                     float* out, int64_t n);
 
 // conv_direct.cpp: single-input-channel convolutions with at most 8 output channels (LeNet's
 // first conv), forward and backward-weights, f32 register accumulation, channels-last output.

@@ -1,0 +1,133 @@
+// The cpu backend's vector layer: one source of math for every instruction set. Each ISA is a
+// namespace (simd::avx512: 16 f32 lanes, simd::avx2: 8 lanes with FMA, simd::scalar: one lane)
+// holding the same primitives (fmadd, select, abs, table lookup, loads and stores) under a
+// `#pragma GCC target` region, and each includes simd_math.inc, which writes exp, erf and the
+// activations built on them once, over those primitives. Every fused multiply-add is explicit and
+// nothing else contracts (the files that include this header build with -ffp-contract=off), so
+// the three ISAs give the same bits for every input: a kernel's result does not depend on the
+// machine, and tests run all three here and compare. Kernels pick theirs with simd::best_isa().
+#pragma once
+
+#include <immintrin.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "mixprec/cpu_features.h"
+
+// Vectors never cross a call boundary (the primitives are inlined into the per-ISA kernels), so
+// the note about the AVX-512 argument-passing ABI does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace mixprec::ops::cpu::simd {
+
+enum class Isa { scalar, avx2, avx512 };
+
+// The widest set this CPU has (capped by MIXPREC_ISA): AVX-512 needs F, BW and VL; AVX2 needs
+// FMA and F16C beside it.
+inline Isa best_isa() {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c) return Isa::avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::avx2;
+  return Isa::scalar;
+}
+inline const char* isa_name(Isa isa) {
+  return isa == Isa::avx512 ? "avx512" : isa == Isa::avx2 ? "avx2" : "scalar";
+}
+// "" when a kernel that needs at least AVX2 + FMA can run here, else why not (its decline).
+inline std::string needs_avx2_fma() {
+  return best_isa() == Isa::scalar ? "needs AVX2 + FMA + F16C" : "";
+}
+
+// The functions with row kernels (simd_math.inc's activation_rows; erf and exp for tests and
+// future kernels, the rest for the elementwise ops).
+enum class Activation { erf, exp, gelu_erf, gelu_tanh, gelu_erf_grad, gelu_tanh_grad };
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+namespace avx512 {
+using V = f32x16;
+using VI = i32x16;
+inline constexpr int kLanes = 16;
+inline V splat(float x) { return V{} + x; }
+inline V loadu(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void storeu(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+inline V fmadd(V a, V b, V c) { return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+inline V select(VI mask, V a, V b) { return mask ? a : b; }
+inline V abs(V x) { return (V)((VI)x & 0x7FFFFFFF); }
+inline V copysign(V mag, V sgn) { return (V)(((VI)mag & 0x7FFFFFFF) | ((VI)sgn & INT32_MIN)); }
+inline VI to_int(V x) { return __builtin_convertvector(x, VI); }  // toward zero
+inline V to_float(VI x) { return __builtin_convertvector(x, V); }
+inline V from_bits(VI x) { return (V)x; }
+// tab[k] per lane, k in [0, 8).
+inline V lookup8(const float* tab, VI k) {
+  return (V)_mm512_maskz_permutexvar_ps(0xFFFF, (__m512i)k, _mm512_maskz_loadu_ps(0xFF, tab));
+}
+#include "ops/cpu/simd_math.inc"
+}  // namespace avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+using V = f32x8;
+using VI = i32x8;
+inline constexpr int kLanes = 8;
+inline V splat(float x) { return V{} + x; }
+inline V loadu(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void storeu(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+inline V fmadd(V a, V b, V c) { return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+inline V select(VI mask, V a, V b) { return mask ? a : b; }
+inline V abs(V x) { return (V)((VI)x & 0x7FFFFFFF); }
+inline V copysign(V mag, V sgn) { return (V)(((VI)mag & 0x7FFFFFFF) | ((VI)sgn & INT32_MIN)); }
+inline VI to_int(V x) { return __builtin_convertvector(x, VI); }
+inline V to_float(VI x) { return __builtin_convertvector(x, V); }
+inline V from_bits(VI x) { return (V)x; }
+inline V lookup8(const float* tab, VI k) {
+  return (V)_mm256_permutevar8x32_ps(_mm256_loadu_ps(tab), (__m256i)k);
+}
+#include "ops/cpu/simd_math.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+
+// One lane, any x86-64: the reference of the vector forms (same operations, same bits), and the
+// path of CPUs without AVX2 + FMA (std::fma is then a library call: correct, not fast).
+namespace scalar {
+using V = float;
+using VI = int32_t;
+inline constexpr int kLanes = 1;
+inline V splat(float x) { return x; }
+inline V loadu(const float* p) { return *p; }
+inline void storeu(float* p, V v) { *p = v; }
+inline V fmadd(V a, V b, V c) { return std::fma(a, b, c); }
+inline V select(bool mask, V a, V b) { return mask ? a : b; }
+inline V abs(V x) { return std::bit_cast<V>(std::bit_cast<VI>(x) & 0x7FFFFFFF); }
+inline V copysign(V mag, V sgn) {
+  return std::bit_cast<V>((std::bit_cast<VI>(mag) & 0x7FFFFFFF) |
+                          (std::bit_cast<VI>(sgn) & INT32_MIN));
+}
+inline VI to_int(V x) { return static_cast<VI>(x); }
+inline V to_float(VI x) { return static_cast<V>(x); }
+inline V from_bits(VI x) { return std::bit_cast<V>(x); }
+inline V lookup8(const float* tab, VI k) { return tab[k]; }
+#include "ops/cpu/simd_math.inc"
+}  // namespace scalar
+
+}  // namespace mixprec::ops::cpu::simd
