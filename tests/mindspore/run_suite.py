@@ -80,6 +80,8 @@ MISSING = "<absent>"
 def matches(pattern, value):
     if pattern is expected.ANY:
         return True
+    if isinstance(pattern, expected.OneOf):
+        return any(same(p, value) for p in pattern.values)
     return same(pattern, value)
 
 

@@ -41,6 +41,8 @@ for tag, black in (("bn", [nn.BatchNorm1d]), ("bn_dense", [nn.BatchNorm1d, nn.De
         F.put(f"{tag}.output", facts.dt(out.dtype))
     for name, d in net.seen:
         F.put(f"{tag}.cell.{name}", d)
-    for name, p in net.parameters_dict().items():
+    for name, p in net.parameters_dict().items():  # BatchNorm's moving statistics: see p01
+        if "moving_" in name:
+            continue
         F.put(f"{tag}.param.{name}", facts.dt(p.dtype))
 F.emit()

@@ -34,6 +34,18 @@ cases = {
     "fc1_f32_at_O2": ("O2", "fc1", ms.float32),
     "fc1_bf16_at_O0": ("O0", "fc1", ms.bfloat16),
 }
+# to_float after the level (on the network the level returned)
+for tag, (level, cell, dtype) in {"fc2_f32_after_O3": ("O3", "fc2", ms.float32),
+                                  "fc1_f32_after_O2": ("O2", "fc1", ms.float32)}.items():
+    net = Net()
+    with F.guard(f"{tag}.apply"):
+        wrapped = amp.auto_mixed_precision(net, level, dtype=ms.float16)
+        getattr(net, cell).to_float(dtype)
+    with F.guard(f"{tag}.call"):
+        out = wrapped(x)
+        F.put(f"{tag}.output", facts.dt(out.dtype))
+    for name, d in net.seen:
+        F.put(f"{tag}.cell.{name}", d)
 for tag, (level, cell, dtype) in cases.items():
     net = Net()
     with F.guard(f"{tag}.apply"):

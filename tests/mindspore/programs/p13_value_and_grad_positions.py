@@ -44,6 +44,9 @@ with F.guard("pos1.ok"):
 with F.guard("pos01.ok"):
     v, g = ms.value_and_grad(f, grad_position=(0, 1))(x, y)
     describe("pos01.grad", g)
+with F.guard("pos_tuple1.ok"):
+    v, g = ms.value_and_grad(f, grad_position=(1,))(x, y)
+    describe("pos_tuple1.grad", g)
 with F.guard("default_position.ok"):
     v, g = ms.value_and_grad(f)(x, y)
     describe("default_position.grad", g)

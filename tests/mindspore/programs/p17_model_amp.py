@@ -33,6 +33,7 @@ x = ms.Tensor(np.random.default_rng(6).standard_normal((4, 6)).astype(np.float32
 cases = {
     "O2.default": ("O2", {}),
     "O2.none": ("O2", {"loss_scale_manager": None}),
+    "O2.cast_model_type_kw": ("O2", {"loss_scale_manager": None, "cast_model_type": ms.float16}),
     "O2.fixed_nodrop": ("O2", {"loss_scale_manager": FixedLossScaleManager(1024.0, drop_overflow_update=False)}),
     "O2.fixed_drop": ("O2", {"loss_scale_manager": FixedLossScaleManager(1024.0)}),
     "O2.dynamic": ("O2", {"loss_scale_manager": DynamicLossScaleManager()}),
