@@ -21,6 +21,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,9 +48,12 @@ def child_env(framework):
 def run_one(python, framework, program, timeout):
     t0 = time.monotonic()
     try:
-        p = subprocess.run([python, os.path.join(HERE, "run_program.py"), framework, program],
-                           capture_output=True, text=True, timeout=timeout, env=child_env(framework),
-                           cwd=HERE)
+        # In a scratch directory: MindSpore writes rank_0/ (logs) and rewritten_network/ (O1's
+        # rewritten source) into the working directory.
+        with tempfile.TemporaryDirectory(prefix="mindspore-conformance-") as scratch:
+            p = subprocess.run([python, os.path.join(HERE, "run_program.py"), framework, os.path.join(HERE, program)],
+                               capture_output=True, text=True, timeout=timeout, env=child_env(framework),
+                               cwd=scratch)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s", "seconds": timeout}
     seconds = time.monotonic() - t0
