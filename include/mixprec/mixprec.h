@@ -11,6 +11,7 @@
 #include "mixprec/cuda.h"
 #include "mixprec/device.h"
 #include "mixprec/dtype.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/half.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 
 namespace mixprec {
@@ -57,8 +58,7 @@ bool caching_enabled() {
   return false;
 #else
   static const bool on = [] {
-    const char* v = std::getenv("MIXPREC_ALLOCATOR");
-    return !(v && std::string_view(v) == "system");
+    return env::get("MIXPREC_ALLOCATOR").value_or("caching") == "caching";  // or "system"
   }();
   return on;
 #endif
@@ -66,8 +66,7 @@ bool caching_enabled() {
 
 int64_t cache_limit_bytes() {
   static const int64_t limit = [] {
-    const char* v = std::getenv("MIXPREC_CACHE_LIMIT_MB");
-    return (v ? std::atoll(v) : 4096) << 20;
+    return env::get_integer("MIXPREC_CACHE_LIMIT_MB", 4096) << 20;
   }();
   return limit;
 }

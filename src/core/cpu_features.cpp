@@ -5,10 +5,10 @@
 #include <cpuid.h>
 
 #include <cstdint>
-#include <cstdlib>
+#include <optional>
 #include <string_view>
 
-#include "mixprec/error.h"
+#include "mixprec/env.h"
 
 namespace mixprec {
 namespace {
@@ -57,11 +57,9 @@ CpuFeatures detect_cpu_features() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f = detect_cpu_features();
-    const char* cap = std::getenv("MIXPREC_ISA");
-    if (cap == nullptr || *cap == '\0') return f;
-    const std::string_view c(cap);
-    MIXPREC_CHECK(c == "scalar" || c == "avx2" || c == "avx512",
-                  "MIXPREC_ISA: expected scalar, avx2 or avx512, got '", c, "'");
+    const std::optional<std::string> cap = env::get("MIXPREC_ISA");  // checked: scalar|avx2|avx512
+    if (!cap) return f;
+    const std::string_view c(*cap);
     if (c != "avx512") {
       f.avx512f = f.avx512bw = f.avx512vl = f.avx512_bf16 = f.avx512_fp16 = f.amx_bf16 = false;
     }

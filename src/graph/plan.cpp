@@ -17,6 +17,7 @@
 #include "graph/fuse.h"
 #include "ops/dispatch.h"
 #include "mixprec/allocator.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 
 namespace mixprec::graph {
@@ -71,7 +72,7 @@ struct Plan::Recorder final : detail::CaptureRecorder {
   void fail(std::string reason) override {
     if (!failure.empty()) return;
     failure = std::move(reason);
-    if (std::getenv("MIXPREC_GRAPH_DEBUG")) {  // where the capture failed, for developers
+    if (env::get("MIXPREC_GRAPH_DEBUG") == "1") {  // where the capture failed, for developers
       void* frames[32];
       backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
     }
@@ -220,9 +221,8 @@ fusion::Holdings Plan::Recorder::holdings(const std::vector<std::function<void()
 void Plan::plan_memory(const std::vector<Tensor>& outputs) {
   if (!rec_) return;
   Recorder& r = *rec_;
-  const char* fuse_env = std::getenv("MIXPREC_GRAPH_FUSE");
   std::vector<fusion::Alias> aliases;
-  if (fuse_env == nullptr || std::string_view(fuse_env) != "0") {
+  if (env::get("MIXPREC_GRAPH_FUSE") != "0") {  // checked: 0 or 1
     const bool verbose = ops::verbose_level() > 0;
     stats_.fused = fusion::fuse(kernels_, r.holdings(kernels_, outputs), verbose);
     stats_.casts_elided = fusion::elide_round_trip_casts(kernels_, r.holdings(kernels_, outputs), aliases,
