@@ -285,7 +285,7 @@ IdxArray read_idx(const std::filesystem::path& path, int expected_ndim, uint64_t
   const detail::PathProbe probe = detail::probe_path(path);
   MIXPREC_CHECK(probe.exists(), "read_idx: ", name, ": ", probe.problem.empty() ? "file not found" : probe.problem);
   MIXPREC_CHECK(probe.type == std::filesystem::file_type::regular, "read_idx: ", name,
-                ": expected a regular file, found a directory or special file");
+                ": expected a regular file, found ", detail::file_type_name(probe.type));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(name.c_str(), "rb"), &std::fclose);
   MIXPREC_CHECK(f != nullptr, "read_idx: ", name, ": cannot open: ", std::strerror(errno));
   const uint64_t size = std::filesystem::file_size(path, ec);

@@ -23,6 +23,20 @@ struct PathProbe {
   }
 };
 
+// What a file type is, in words, for "expected a regular file, found ...".
+inline const char* file_type_name(std::filesystem::file_type t) {
+  namespace fs = std::filesystem;
+  switch (t) {
+    case fs::file_type::regular: return "a regular file";
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a FIFO (named pipe)";
+    case fs::file_type::socket: return "a socket";
+    default: return "a special file";
+  }
+}
+
 // Stats through links; on failure tells a dangling link, an OS error (EACCES, ELOOP) and a file
 // standing where a directory should be from plain absence. Header-only: the parser fuzz build
 // compiles idx.cpp without the rest of the data layer.

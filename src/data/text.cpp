@@ -3,7 +3,8 @@
 // first n - n / 10 bytes) and validation part (the last n / 10), and serves windows of
 // context + 1 bytes of one part: random (start drawn from the Philox stream of (seed, epoch),
 // block `index`) or consecutive (stride context). Errors name the path and what was expected;
-// a path that exists but cannot be used is reported as such (path_probe.h).
+// a path that exists but cannot be used is reported as such (path_probe.h). Only regular files
+// are read, each checked as text while it is read, up to max_bytes in all.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -30,27 +31,13 @@ std::string install_hint() {
          "files";
 }
 
-std::vector<uint8_t> read_bytes(const fs::path& p) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(p.c_str(), "rb"), &std::fclose);
-  MIXPREC_CHECK(f != nullptr, kWho, ": ", p.string(), ": cannot open: ", std::strerror(errno));
-  std::vector<uint8_t> out;
-  uint8_t buf[1 << 16];
-  for (;;) {
-    const size_t n = std::fread(buf, 1, sizeof buf, f.get());
-    out.insert(out.end(), buf, buf + n);
-    if (n < sizeof buf) {
-      MIXPREC_CHECK(!std::ferror(f.get()), kWho, ": ", p.string(), ": cannot read (after ",
-                    out.size(), " bytes): ", std::strerror(errno));
-      return out;
-    }
-  }
-}
-
-// "" for text, else why not: a NUL byte, or the first offset that is not valid UTF-8 (RFC 3629:
-// no overlong forms, no surrogates, nothing above U+10FFFF).
-std::string binary_reason(const std::vector<uint8_t>& b) {
+// Checks b[from, end) as text and moves `from` past the last complete character: "" while it is
+// text, else why not: a NUL byte, or the first offset that is not valid UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF). A character cut at the end of `b` waits
+// for the next bytes, unless `final`.
+std::string check_text(const std::vector<uint8_t>& b, size_t& from, bool final) {
   const size_t n = b.size();
-  for (size_t i = 0; i < n;) {
+  for (size_t& i = from; i < n;) {
     const uint8_t c = b[i];
     if (c == 0) return "binary: NUL byte at offset " + std::to_string(i);
     size_t len = c < 0x80           ? 1
@@ -58,6 +45,7 @@ std::string binary_reason(const std::vector<uint8_t>& b) {
                  : (c >> 4) == 0xE  ? 3
                  : (c >> 3) == 0x1E ? 4
                                     : 0;
+    if (len > 0 && i + len > n && !final) return "";  // the rest of it comes with the next read
     bool ok = len > 0 && i + len <= n;
     uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
     for (size_t k = 1; ok && k < len; ++k) {
@@ -71,6 +59,42 @@ std::string binary_reason(const std::vector<uint8_t>& b) {
     i += len;
   }
   return "";
+}
+
+std::string limit_hint() {
+  return "TextDataset holds its text in memory: give it a smaller file or folder, or raise "
+         "TextOptions::max_bytes";
+}
+
+// Reads the regular file `p` while checking it is text: stops at the first byte that is not
+// (setting `not_text`), and refuses a file that would take the text read so far past `budget`
+// bytes (by its size, or as it grows while read).
+std::vector<uint8_t> read_text(const fs::path& p, int64_t budget, std::string& not_text) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(p.c_str(), "rb"), &std::fclose);
+  MIXPREC_CHECK(f != nullptr, kWho, ": ", p.string(), ": cannot open: ", std::strerror(errno));
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(p, ec);
+  MIXPREC_CHECK(ec || size <= static_cast<uintmax_t>(budget), kWho, ": ", p.string(), ": ", size,
+                " bytes would exceed the limit of the text read in all (", budget, " bytes left)",
+                Hint{limit_hint()});
+  std::vector<uint8_t> out;
+  uint8_t buf[1 << 16];
+  size_t checked = 0;
+  for (;;) {
+    const size_t n = std::fread(buf, 1, sizeof buf, f.get());
+    out.insert(out.end(), buf, buf + n);
+    MIXPREC_CHECK(out.size() <= static_cast<uint64_t>(budget), kWho, ": ", p.string(),
+                  ": more than the ", budget, " bytes left of the limit of the text read in all",
+                  Hint{limit_hint()});
+    const bool last = n < sizeof buf;
+    not_text = check_text(out, checked, last);
+    if (!not_text.empty()) return out;
+    if (last) {
+      MIXPREC_CHECK(!std::ferror(f.get()), kWho, ": ", p.string(), ": cannot read (after ",
+                    out.size(), " bytes): ", std::strerror(errno));
+      return out;
+    }
+  }
 }
 
 struct Part {
@@ -114,8 +138,9 @@ class TextSource final : public Source {
 };
 
 void TextSource::add_file(const fs::path& p, bool in_folder) {
-  std::vector<uint8_t> b = read_bytes(p);
-  if (std::string why = binary_reason(b); !why.empty()) {
+  std::string why;
+  std::vector<uint8_t> b = read_text(p, o_.max_bytes - static_cast<int64_t>(bytes_.size()), why);
+  if (!why.empty()) {
     MIXPREC_CHECK(in_folder, kWho, ": ", p.string(), " is not a text file (", why, ")",
                   Hint{"TextDataset reads UTF-8 text without NUL bytes"});
     skipped.push_back({p, why});
@@ -180,11 +205,17 @@ TextSource::TextSource(const fs::path& path, TextOptions o) : o_(std::move(o)) {
                 Hint{"use take(n) for fewer windows"});
   MIXPREC_CHECK(!o_.num_windows || *o_.num_windows >= 1, kWho, ": expected num_windows >= 1, got ",
                 o_.num_windows.value_or(0));
+  MIXPREC_CHECK(o_.max_bytes >= 1, kWho, ": expected max_bytes >= 1, got ", o_.max_bytes);
   const detail::PathProbe probe = detail::probe_path(path);
   MIXPREC_CHECK(probe.exists(), kWho, ": ", path.string(),
                 ": expected a text file or a folder of text files, found ",
                 probe.problem.empty() ? std::string("nothing") : "a path that " + probe.problem,
                 Hint{install_hint()});
+  // A device or FIFO never ends (/dev/zero, /dev/urandom) or blocks: refused before a read.
+  MIXPREC_CHECK(probe.type == fs::file_type::regular || probe.type == fs::file_type::directory,
+                kWho, ": ", path.string(),
+                ": expected a regular text file or a folder of them, found ",
+                detail::file_type_name(probe.type), Hint{install_hint()});
   if (probe.type == fs::file_type::directory) read_folder(path);
   else add_file(path, /*in_folder=*/false);
   // Consecutive windows of a part of R bytes: (R - 1) / context; random starts: R - context.

@@ -230,6 +230,34 @@ TEST(TextDataset, ClearErrors) {
   ::chmod((dir / "t.txt").c_str(), 0644);
 }
 
+// Only regular files are read (a device or FIFO never ends or blocks), up to max_bytes in all,
+// each checked as text while it is read, 64 KiB at a time.
+TEST(TextDataset, OnlyRegularFilesUpToMaxBytesCheckedAsRead) {
+  TempDir dir;
+  EXPECT_TRUE(throws_with([&] { TextDataset("/dev/zero"); },
+                          {"/dev/zero: expected a regular text file or a folder of them, found a "
+                           "character device"}));
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "fifo"); }, {"found a FIFO (named pipe)"}));
+  write(dir / "a.txt", std::string(100, 'a'));
+  EXPECT_NO_THROW(TextDataset(dir / "a.txt", {.context = 4, .max_bytes = 100}));
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "a.txt", {.context = 4, .max_bytes = 99}); },
+                          {"a.txt: 100 bytes would exceed the limit", "TextOptions::max_bytes"}));
+  write(dir / "b.txt", std::string(60, 'b'));  // the folder: 160 bytes in all
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir.path(), {.context = 4, .max_bytes = 150}); },
+                          {"b.txt: 60 bytes would exceed the limit of the text read in all (50 "
+                           "bytes left)"}));
+  EXPECT_EQ(TextDataset(dir.path(), {.context = 4, .max_bytes = 160}).files().size(), 2u);
+  // A character cut by the 64 KiB read is whole in the next; a bad byte past it is found.
+  std::string text(65535, 'x');
+  text += "\xc3\xa9 and more";
+  write(dir / "straddle.txt", text);
+  EXPECT_NO_THROW(TextDataset(dir / "straddle.txt", {.context = 4}));
+  write(dir / "late.txt", std::string(70000, 'y') + "\xff" + std::string(10, 'y'));
+  EXPECT_TRUE(throws_with([&] { TextDataset(dir / "late.txt", {.context = 4}); },
+                          {"is not a text file (binary: not UTF-8 at offset 70000)"}));
+}
+
 // The real data, from Debian's fortunes package (scripts/setup.sh installs it).
 TEST(TextDataset, FortunesFolder) {
   ASSERT_TRUE(fs::is_directory(kFortunesDir))

@@ -34,6 +34,9 @@ struct TextOptions {
   uint64_t seed = 0;
   // Random windows per epoch; default: as many as the consecutive windows (part bytes / context).
   std::optional<int64_t> num_windows{};
+  // The most bytes read in all (the text is held in memory); a file that would pass it is an
+  // error, not cut.
+  int64_t max_bytes = int64_t{1} << 30;
 };
 
 struct TextFile {
@@ -48,14 +51,15 @@ struct SkippedFile {
 
 class TextSource;
 
-// `path`: a file (read whatever its name; a symbolic link is followed) or a folder, whose
-// regular files directly inside are read in name order. In a folder, entries that are not text
-// are skipped, each with its reason (skipped()): symbolic links (fortunes' `.u8` aliases; a link
-// is never followed inside a folder), subfolders and other non-regular files, and binary files.
-// A file is text when it holds no NUL byte and is valid UTF-8 (fortunes' `.dat` indexes hold
-// NULs). A text file whose part is shorter than context + 1 bytes is skipped too (in a folder)
-// or refused (a single file). Errors name the path and what was expected: a missing path, a
-// folder without usable text, an unreadable file or folder (with the OS reason).
+// `path`: a regular file (read whatever its name; a symbolic link is followed; a device or FIFO
+// is refused) or a folder, whose regular files directly inside are read in name order. In a
+// folder, entries that are not text are skipped, each with its reason (skipped()): symbolic
+// links (fortunes' `.u8` aliases; a link is never followed inside a folder), subfolders and other
+// non-regular files, and binary files. A file is text when it holds no NUL byte and is valid
+// UTF-8 (fortunes' `.dat` indexes hold NULs), checked as it is read. A text file whose part is
+// shorter than context + 1 bytes is skipped too (in a folder) or refused (a single file). Errors
+// name the path and what was expected: a missing path, a folder without usable text, an
+// unreadable file or folder (with the OS reason), text past max_bytes.
 class TextDataset : public Dataset {
  public:
   explicit TextDataset(const std::filesystem::path& path = kFortunesDir, TextOptions options = {});
