@@ -36,7 +36,9 @@ void LossScaleManager::count(bool overflow, bool loss_finite) {
 }
 
 FixedLossScaleManager::FixedLossScaleManager(double s, FixedLossScaleOptions o) : drop_(o.drop_overflow_update) {
-  MIXPREC_CHECK(std::isfinite(s) && s >= 1.0, "FixedLossScaleManager: loss_scale must be finite and >= 1, got ", s);
+  MIXPREC_CHECK(std::isfinite(s) && s >= 1.0 && s <= kMaxLossScale,
+                "FixedLossScaleManager: loss_scale must be >= 1 and finite in f32 (at most ",
+                kMaxLossScale, "), got ", s);
   state_.scale = s;
 }
 
@@ -53,7 +55,9 @@ std::string FixedLossScaleManager::description() const {
 DynamicLossScaleManager::DynamicLossScaleManager(double init, double factor, int64_t window,
                                                  DynamicLossScaleOptions o)
     : factor_(factor), window_(window), options_(o) {
-  MIXPREC_CHECK(std::isfinite(init) && init > 0, "DynamicLossScaleManager: init_loss_scale must be finite and > 0, got ", init);
+  MIXPREC_CHECK(std::isfinite(init) && init > 0 && init <= kMaxLossScale,
+                "DynamicLossScaleManager: init_loss_scale must be > 0 and finite in f32 (at most ",
+                kMaxLossScale, "), got ", init);
   MIXPREC_CHECK(factor > 1 && std::isfinite(factor), "DynamicLossScaleManager: scale_factor must be > 1, got ", factor);
   MIXPREC_CHECK(window >= 1, "DynamicLossScaleManager: scale_window must be >= 1, got ", window);
   MIXPREC_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, "DynamicLossScaleManager: expected 0 <= min_scale <= max_scale");

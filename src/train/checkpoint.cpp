@@ -9,6 +9,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "mixprec/amp/loss_scale.h"
 #include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
 #include "mixprec/grad_mode.h"
@@ -69,8 +70,10 @@ void check_at_most(int64_t small, const char* small_key, int64_t large, const ch
 // The loss scale: finite and > 0.
 double get_scale(const io::Metadata& m, const std::string& key, const std::string& file) {
   const double v = parse_field<double>(m, key, file);
-  MIXPREC_CHECK(std::isfinite(v) && v > 0, file, ": training state field '", key, "' is '", field_text(m, key, file),
-                "', expected a finite number > 0");
+  MIXPREC_CHECK(std::isfinite(v) && v > 0 && v <= amp::kMaxLossScale, file,
+                ": training state field '", key, "' is '", field_text(m, key, file),
+                "', expected a finite number > 0 and at most ", amp::kMaxLossScale,
+                " (a loss scale must be finite in f32)");
   return v;
 }
 

@@ -76,10 +76,12 @@ TEST(DynamicLossScaleManager, FloorAtOneAndFiniteGuard) {
   amp::DynamicLossScaleManager m(4.0, 2.0, 1);
   for (int i = 0; i < 5; ++i) m.update_loss_scale(true);
   EXPECT_EQ(m.get_loss_scale(), 1.0);
-  amp::DynamicLossScaleManager big(std::numeric_limits<double>::max() / 1.5, 2.0, 1);
+  // The scale multiplies f32 values: it never grows past the largest f32, and cannot start there.
+  amp::DynamicLossScaleManager big(amp::kMaxLossScale / 1.5, 2.0, 1);
   big.update_loss_scale(false);
-  EXPECT_TRUE(std::isfinite(big.get_loss_scale()));
-  EXPECT_EQ(big.get_loss_scale(), std::numeric_limits<double>::max() / 1.5);
+  EXPECT_TRUE(std::isfinite(static_cast<float>(big.get_loss_scale())));
+  EXPECT_EQ(big.get_loss_scale(), amp::kMaxLossScale / 1.5);
+  EXPECT_THROW(amp::DynamicLossScaleManager(1e39, 2.0, 1), Error);  // finite in double, inf in f32
   amp::DynamicLossScaleManager capped(1024.0, 2.0, 1, {.max_scale = 2048.0});
   capped.update_loss_scale(false);
   capped.update_loss_scale(false);
@@ -128,6 +130,8 @@ TEST(FixedLossScaleManager, DropOrApply) {
   for (int i = 0; i < 2000; ++i) keep.update_loss_scale(true);  // never stops: updates are applied
   EXPECT_EQ(keep.get_loss_scale(), 1024.0);
   EXPECT_THROW(amp::FixedLossScaleManager(0.5), Error);
+  EXPECT_THROW(amp::FixedLossScaleManager(1e39), Error);  // inf in f32
+  EXPECT_NO_THROW(amp::FixedLossScaleManager(amp::kMaxLossScale));
 }
 
 TEST(DynamicLossScaler, AdjustLikeMindSpore) {

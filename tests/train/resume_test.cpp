@@ -157,6 +157,8 @@ TEST(Resume, BadMetadataValuesAreRefusedNamingFileAndFieldAndRestoreNothing) {
       {"loss_scale", "nan", "expected a finite number > 0"},
       {"loss_scale", "0", "expected a finite number > 0"},
       {"loss_scale", "-1024", "expected a finite number > 0"},
+      {"loss_scale", "1e39",
+       "and at most 3.40282e+38 (a loss scale must be finite in f32)"},  // inf in f32
       {"loss_scale", "1e999", "expected a number"},
       {"loss_scale", "1024x", "expected a number"},
       {"loss_scale_good_steps", "-1", "expected an integer >= 0"},

@@ -102,9 +102,13 @@ class FixedLossScaleManager : public LossScaleManager {
   bool drop_;
 };
 
+// The largest loss scale: the scale multiplies f32 (and f16/bf16) values, so it must be finite
+// in f32 (1e39 is finite in double but inf in f32, and every update would be non-finite).
+inline constexpr double kMaxLossScale = std::numeric_limits<float>::max();
+
 struct DynamicLossScaleOptions {
   double min_scale = 1.0;  // MindSpore floors at 1
-  double max_scale = std::numeric_limits<double>::max();
+  double max_scale = kMaxLossScale;
 };
 
 // On overflow: skip, scale = max(scale / factor, min_scale). After `window` consecutive clean
