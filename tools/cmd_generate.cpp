@@ -1,7 +1,9 @@
 // `mixprec generate --checkpoint F --prompt TEXT --tokens N --temperature T --seed S`: loads a
 // gpt-tiny checkpoint (from `mixprec train --model gpt-tiny --checkpoint F`) and samples N bytes
-// after the prompt with a KV cache (nn::GptTiny::generate); prints the prompt and the sample, and
-// the time taken on stderr.
+// after the prompt with a KV cache (nn::GptTiny::generate); prints the prompt and the sample as
+// they come (flushed and checked every kFlushBytes, so a failed write stops it at once), and the
+// time taken on stderr. A first SIGINT/SIGTERM stops sampling after the current byte: what was
+// made is flushed, and the exit status is 128 + the signal (train_signals.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,11 +13,21 @@
 #include "mixprec/amp/amp.h"
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/nn/zoo.h"
+#include "output_file.h"
 #include "train_common.h"
+#include "train_signals.h"
 
 namespace mixprec::cli {
 
 namespace {
+constexpr size_t kFlushBytes = 64;  // bytes of sample per write to stdout
+
+// Writes `text` to stdout and flushes it; throws naming stdout when the write fails.
+void write_stdout(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  flush_stdout();
+}
+
 struct GenerateArgs {
   std::string checkpoint, prompt = "\n", amp_level = "O0", dtype = "bf16";
   int64_t tokens = 200;
@@ -32,7 +44,7 @@ Command register_generate(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "The text to continue (at least one byte)")->capture_default_str();
   cmd->add_option("--tokens", a->tokens, "Bytes to generate")->capture_default_str();
   cmd->add_option("--temperature", a->temperature, "Sampling temperature (0: the most likely byte)")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of the sampling")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the sampling (0 to 2^64-1)")->capture_default_str()->check(seed_validator());
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16|f16")->capture_default_str();
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
@@ -54,12 +66,24 @@ Command register_generate(CLI::App& app) {
     amp::auto_mixed_precision(net, a->amp_level, parse_low_dtype(a->dtype));
     Generator gen(a->seed);
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string text = net.generate(a->prompt, a->tokens, a->temperature, gen);
+    write_stdout(a->prompt);
+    std::string chunk;
+    StopSignals signals;  // a first SIGINT/SIGTERM ends sampling after the current byte
+    const int64_t made = net.generate(a->prompt, a->tokens, a->temperature, gen, [&](char b) {
+      chunk.push_back(b);
+      if (chunk.size() >= kFlushBytes) write_stdout(chunk), chunk.clear();
+      return StopSignals::received() == 0;
+    });
+    chunk.push_back('\n');
+    write_stdout(chunk);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::printf("\n");
-    std::fprintf(stderr, "generated %lld bytes in %.3f s (%.0f bytes/s, KV cache)\n", static_cast<long long>(a->tokens),
-                 seconds, static_cast<double>(a->tokens) / std::max(seconds, 1e-9));
+    if (const int sig = StopSignals::received()) {
+      std::fprintf(stderr, "mixprec: generate stopped by %s after %lld of %lld bytes (all written)\n",
+                   StopSignals::name(sig), static_cast<long long>(made), static_cast<long long>(a->tokens));
+      return 128 + sig;
+    }
+    std::fprintf(stderr, "generated %lld bytes in %.3f s (%.0f bytes/s, KV cache)\n", static_cast<long long>(made),
+                 seconds, static_cast<double>(made) / std::max(seconds, 1e-9));
     return 0;
   }};
 }

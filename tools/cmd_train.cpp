@@ -442,8 +442,7 @@ Command register_train(CLI::App& app) {
                   "Batches per optimizer update (gradients summed; one overflowing batch skips the whole update)")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for weights and data order (0 to 2^64-1)")->capture_default_str()
-      ->check(CLI::Validator([](std::string& v) { return v.rfind('-', 0) == 0 ? "expected a number >= 0, got " + v : ""; },
-                             "", "NonNegative"));
+      ->check(seed_validator());
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)")->capture_default_str();
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   cmd->add_option("--mode", a->mode,

@@ -5,17 +5,24 @@
 // accepts an empty value: "" is an error, never "not given". Data parallel (under mpirun): an
 // error names its rank and ends the whole group (MPI_Abort), since the other ranks may be waiting
 // for this one in a collective; a rank-consistency mismatch, which every rank reaches, is printed
-// once by rank 0.
+// once by rank 0. Before a command runs, every MIXPREC_* switch is checked (env.h); after it, stdout
+// is flushed and checked, so output that never arrived (a full disk, /dev/full) is not exit 0.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli_error.h"
 #include "commands.h"
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 #include "mixprec/version.h"
+#include "output_file.h"
 
 namespace mixprec::cli {
 
@@ -55,6 +62,37 @@ static int fail(const std::exception& e, int status) {
   communication::abort_group(status);
 }
 
+// The number of single-character edits (insert, delete, replace, swap two neighbours) from a to b.
+static size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The first argument, when it is neither an option nor a command, is refused with the closest
+// command's name (CLI11 alone would say "A subcommand is required").
+static void check_command_name(int argc, char** argv, const std::vector<Command>& commands) {
+  if (argc < 2 || argv[1][0] == '-') return;
+  const std::string_view given(argv[1]);
+  std::string names, closest;
+  size_t best = 3;  // suggest only within two edits
+  for (const Command& c : commands) {
+    if (c.app->get_name() == given) return;
+    names += (names.empty() ? "" : ", ") + c.app->get_name();
+    if (const size_t d = edit_distance(given, c.app->get_name()); d < best) best = d, closest = c.app->get_name();
+  }
+  as_usage_error([&] {
+    MIXPREC_CHECK(false, "unknown command '", given, "'", closest.empty() ? "" : "; did you mean " + closest + "?",
+                  Hint{"the commands are " + names + "; `mixprec --help` describes them"});
+  });
+}
+
 }  // namespace mixprec::cli
 
 int main(int argc, char** argv) {
@@ -77,14 +115,29 @@ int main(int argc, char** argv) {
   };
   for (const auto& c : commands) mixprec::cli::refuse_empty_values(c.app);
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0
+    mixprec::cli::check_command_name(argc, argv, commands);
+  } catch (const mixprec::cli::UsageError& e) {
+    return mixprec::cli::fail(e, 2);
   }
   try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (app.exit(e) != 0) return 2;
+    try {
+      mixprec::cli::flush_stdout();  // --help and --version exit 0 once they are written
+    } catch (const std::exception& failed) {
+      return mixprec::cli::fail(failed, 1);
+    }
+    return 0;
+  }
+  try {
+    mixprec::env::check_environment();  // here, not at first use: that may be in a worker thread
     for (const auto& c : commands)
       if (c.app->parsed()) {
         const int status = c.run();
+        if (status == 0) mixprec::cli::flush_stdout();
+        else if (std::fflush(stdout) != 0 || std::ferror(stdout))  // the failure's own status stands
+          std::fprintf(stderr, "mixprec: error: stdout: write failed: %s\n", std::strerror(errno));
         mixprec::communication::release();  // a data-parallel run leaves its group (all ranks get here)
         return status;
       }

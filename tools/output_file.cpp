@@ -1,6 +1,7 @@
 // Checked output files for the CLI (see output_file.h). Replacing a file is io::write_file_atomic's
 // job; this file adds what only the CLI needs: streams (devices, FIFOs) written in place, checks
-// that create nothing, late creation of directories, and the option's name in every message.
+// that create nothing, late creation of directories, the option's name in every message, and the
+// check of stdout.
 #include "output_file.h"
 
 #include <fcntl.h>
@@ -94,6 +95,15 @@ void write_file_replacing(const std::string& path, std::string_view text, std::s
   }
   create_parent_dirs(path, flag);
   with_prefix(prefix(flag), [&] { io::write_file_atomic(path, text); });
+}
+
+void flush_stdout() {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  MIXPREC_CHECK(flushed && !std::ferror(stdout), "stdout: write failed: ",
+                err ? std::strerror(err) : "an earlier write was refused",
+                Hint{"the output is incomplete; free space where stdout goes, or redirect it elsewhere"});
 }
 
 LineFile::LineFile(std::string path, std::string flag, bool append, int64_t keep_bytes)

@@ -1,4 +1,4 @@
-// The CLI's output files (--report, --trace, --checkpoint, -o). Checks before a run change
+// The CLI's output files (--report, --trace, --checkpoint, -o) and stdout. Checks before a run change
 // nothing on disk; missing parent directories are created only once every check of the run has
 // passed (create_parent_dirs), so a refused run leaves nothing behind. A regular file (or a
 // symbolic link to one, which stays a link) is replaced through io::write_file_atomic: a
@@ -29,6 +29,10 @@ void create_parent_dirs(const std::string& path, std::string_view flag);
 // Writes `text` to `path`: a character device or FIFO in place, anything else through
 // io::write_file_atomic (after create_parent_dirs). Throws naming `flag`, the path and the reason.
 void write_file_replacing(const std::string& path, std::string_view text, std::string_view flag);
+
+// Flushes stdout; throws "stdout: write failed: REASON" when a write to it failed (now or
+// earlier): output that never arrived (a full disk, /dev/full) fails the command.
+void flush_stdout();
 
 // A text file written line by line (the per-step trace): each write is flushed and checked, so a
 // full disk is noticed at the row it hits, not at exit. It is written in place (it grows during

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <charconv>
 #include <sstream>
 
 #include "cli_error.h"
@@ -32,8 +33,11 @@ std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std
   if (kind == "none" && arg.empty()) return std::shared_ptr<amp::LossScaleManager>();
   if (kind == "fixed" || kind == "fixed-drop") {
     MIXPREC_CHECK(!arg.empty(), "--loss-scale ", spec, ": expected a scale, e.g. ", kind, ":1024");
-    return std::make_shared<amp::FixedLossScaleManager>(parse_number(arg, "--loss-scale"),
-                                                        amp::FixedLossScaleOptions{.drop_overflow_update = kind == "fixed-drop"});
+    const double scale = parse_number(arg, "--loss-scale");
+    return with_prefix("--loss-scale " + spec + ": ", [&] {
+      return std::make_shared<amp::FixedLossScaleManager>(
+          scale, amp::FixedLossScaleOptions{.drop_overflow_update = kind == "fixed-drop"});
+    });
   }
   if (kind == "dynamic-torch" && arg.empty()) return amp::DynamicLossScaleManager::pytorch_defaults();
   if (kind == "dynamic") {
@@ -42,12 +46,26 @@ std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std
     std::stringstream ss(arg);
     for (std::string p; std::getline(ss, p, ',');) parts.push_back(p);
     MIXPREC_CHECK(parts.size() == 3, "--loss-scale ", spec, ": expected dynamic:INIT,FACTOR,WINDOW, e.g. dynamic:65536,2,2000");
-    return std::make_shared<amp::DynamicLossScaleManager>(parse_number(parts[0], "--loss-scale init"),
-                                                          parse_number(parts[1], "--loss-scale factor"),
-                                                          static_cast<int64_t>(parse_number(parts[2], "--loss-scale window")));
+    const double init = parse_number(parts[0], "--loss-scale init"), factor = parse_number(parts[1], "--loss-scale factor");
+    const auto window = static_cast<int64_t>(parse_number(parts[2], "--loss-scale window"));
+    return with_prefix("--loss-scale " + spec + ": ",
+                       [&] { return std::make_shared<amp::DynamicLossScaleManager>(init, factor, window); });
   }
   MIXPREC_CHECK(false, "--loss-scale: unknown value '", spec, "'; valid: ", valid);
   return std::nullopt;
+}
+
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& v) {
+        if (v.empty()) return std::string();  // main's check of empty values words that case
+        uint64_t seed = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seed);
+        return ec == std::errc() && end == v.data() + v.size()
+                   ? std::string()
+                   : "expected an integer from 0 to 18446744073709551615 (2^64-1), got " + v;
+      },
+      "", "Seed");
 }
 
 DType parse_low_dtype(const std::string& s) {

@@ -1,8 +1,9 @@
-// Shared pieces of the train / eval / bench commands: parsing of --amp-level, --dtype,
-// --loss-scale and --optimizer values into library objects, with errors that list the valid
-// choices, and the standard Fashion-MNIST preprocessing.
+// Shared pieces of the train / eval / bench / generate commands: parsing of --amp-level, --dtype,
+// --loss-scale, --optimizer and --seed values into library objects, with errors that list the
+// valid choices, and the standard Fashion-MNIST preprocessing.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std:
 
 // Fashion-MNIST mean/std normalisation (0.2860, 0.3530) after rescaling to [0, 1].
 dataset::Dataset standard_pipeline(dataset::Dataset ds);
+
+// --seed of train and generate: a decimal integer from 0 to 2^64-1, refused otherwise (CLI11
+// alone would clamp 2^64 to 2^64-1).
+CLI::Validator seed_validator();
 
 // --threads: sets OpenMP's thread count (0 keeps the default); returns the count in use.
 int set_threads(int threads);

@@ -15,6 +15,7 @@
 #include "mixprec/context.h"
 #include "mixprec/data/text.h"
 #include "mixprec/error.h"
+#include "mixprec/io/file.h"
 
 namespace mixprec::cli {
 namespace {
@@ -160,7 +161,8 @@ void validate(const TrainArgs& a) {
                 ": needs --checkpoint FILE (where to save)");
   std::error_code ec;
   MIXPREC_CHECK(a.resume.empty() || std::filesystem::is_regular_file(a.resume, ec), "--resume ", a.resume, ": ",
-                std::filesystem::exists(a.resume, ec) ? "not a regular file" : "no such file",
+                std::filesystem::exists(a.resume, ec) ? "not a regular file (" + io::non_regular_kind(a.resume) + ")"
+                                                      : std::string("no such file"),
                 Hint{"pass the --checkpoint file of the run to continue"});
   if (a.checkpoint.empty() || a.overwrite || !std::filesystem::exists(a.checkpoint, ec) ||
       std::filesystem::is_directory(a.checkpoint, ec))

@@ -1,10 +1,11 @@
-// Graceful stop for `mixprec train`: while a StopSignals is alive, the first SIGINT or SIGTERM only
-// sets a flag (the handler does nothing else); the training loop sees it at the end of the
-// current step and stops, and the command then saves what it was asked to save and exits with
-// 128 + the signal (130, 143). A second signal ends the process at once, with the default action.
-// A signal ignored when the process started (`nohup`, `cmd &` in a script) stays ignored, as the
-// user or the shell asked. The flag is checked after training and again after each final phase
-// (evaluation, checkpoint, report), so a signal that arrives while those run is not lost.
+// Graceful stop for `mixprec train` (and `generate`, which stops after the current byte): while a
+// StopSignals is alive, the first SIGINT or SIGTERM only sets a flag (the handler does nothing
+// else); the training loop sees it at the end of the current step and stops, and the command
+// then saves what it was asked to save and exits with 128 + the signal (130, 143). A second
+// signal ends the process at once, with the default action. A signal ignored when the process
+// started (`nohup`, `cmd &` in a script) stays ignored, as the user or the shell asked. The flag
+// is checked after training and again after each final phase (evaluation, checkpoint, report),
+// so a signal that arrives while those run is not lost.
 #pragma once
 
 #include <string>

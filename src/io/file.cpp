@@ -161,6 +161,15 @@ const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
+}  // namespace
+
+std::string non_regular_kind(const fs::path& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) ? "" : file_kind(st.st_mode);
+}
+
+namespace {
+
 // Owns the temporary: closes its descriptor and unlinks it unless released after the rename.
 struct TempFile {
   fs::path path;

@@ -220,6 +220,10 @@ Header check_header(const uint8_t* p, uint64_t hlen, uint64_t data_size, const s
 
 // Opens `path` for reading after checking its size against the limit; sets `size`.
 std::ifstream open_checked(const std::filesystem::path& path, const ReadLimits& limits, uint64_t& size) {
+  const std::string kind = non_regular_kind(path);  // a FIFO or device has no size to check
+  MIXPREC_CHECK(kind.empty(), path.string(), ": cannot read checkpoint: not a regular file (", kind,
+                ")",
+                Hint{"pass the .safetensors file that `mixprec train --checkpoint FILE` wrote"});
   std::error_code ec;
   size = std::filesystem::file_size(path, ec);
   MIXPREC_CHECK(!ec, path.string(), ": cannot read checkpoint: ", ec.message());

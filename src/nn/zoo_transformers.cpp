@@ -86,32 +86,51 @@ static int sample_byte(const Tensor& logits, double temperature, Generator& gen)
 }
 
 std::string GptTiny::generate(const std::string& prompt, int64_t count, double temperature, Generator& gen) {
+  std::string text = prompt;
+  (void)generate(prompt, count, temperature, gen, [&](char b) {
+    text.push_back(b);
+    return true;
+  });
+  return text;
+}
+
+int64_t GptTiny::generate(const std::string& prompt, int64_t count, double temperature,
+                          Generator& gen, const std::function<bool(char)>& on_byte) {
   MIXPREC_CHECK(!prompt.empty(), "gpt-tiny generate: the prompt must hold at least one byte");
   MIXPREC_CHECK(count >= 0 && std::isfinite(temperature) && temperature >= 0, "gpt-tiny generate: expected "
                 "count >= 0 and a finite temperature >= 0, got ", count, " and ", temperature);
   NoGradGuard no_grad;
-  const bool was_training = training();
-  set_train(false);
+  struct EvalMode {  // restored however sampling ends (on_byte may throw)
+    Cell& cell;
+    const bool was_training = cell.training();
+    explicit EvalMode(Cell& c) : cell(c) { cell.set_train(false); }
+    ~EvalMode() { cell.set_train(was_training); }
+  } eval_mode(*this);
   auto as_tensor = [](const std::string& s) {
     std::vector<int32_t> v(s.begin(), s.end());
     for (int32_t& b : v) b &= 0xff;
     return Tensor::from_vector(v, {1, static_cast<int64_t>(v.size())});
   };
-  std::string text = prompt;
+  // The last bytes of prompt + sample: the model never looks further back than kContext.
+  std::string tail = prompt.substr(prompt.size() - std::min<size_t>(prompt.size(), kContext));
   std::vector<KVCache> caches(blocks.size());
   // The prompt's last kContext bytes fill the cache; each new byte extends it by one position.
-  Tensor logits = forward_cached(as_tensor(text.substr(text.size() - std::min<size_t>(text.size(), kContext))), caches);
-  for (int64_t i = 0; i < count; ++i) {
-    text.push_back(static_cast<char>(sample_byte(logits, temperature, gen)));
+  Tensor logits = forward_cached(as_tensor(tail), caches);
+  int64_t made = 0;
+  while (made < count) {
+    const char b = static_cast<char>(sample_byte(logits, temperature, gen));
+    ++made;
+    tail.push_back(b);
+    if (tail.size() > 2 * kContext) tail.erase(0, tail.size() - kContext);
+    if (!on_byte(b) || made == count) break;
     if (caches[0].length() == kContext) {  // full: restart from the last half-context
       caches.assign(blocks.size(), KVCache{});
-      logits = forward_cached(as_tensor(text.substr(text.size() - kContext / 2)), caches);
+      logits = forward_cached(as_tensor(tail.substr(tail.size() - kContext / 2)), caches);
     } else {
-      logits = forward_cached(as_tensor(text.substr(text.size() - 1)), caches);
+      logits = forward_cached(as_tensor(tail.substr(tail.size() - 1)), caches);
     }
   }
-  set_train(was_training);
-  return text;
+  return made;
 }
 
 }  // namespace mixprec::nn

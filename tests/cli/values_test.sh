@@ -44,7 +44,7 @@ expect_error "--save-every 5: needs --checkpoint FILE" train --save-every 5
 expect_error "--grad-stats: expected at least 0" train --grad-stats -1
 expect_error "--max-skip-rate: expected a number in \[0, 1\], got 1.5" train --max-skip-rate 1.5
 expect_error "--threads: expected at least 0" train --threads -1
-expect_error "--seed: expected a number >= 0, got -5" train --seed -5
+expect_error "--seed: expected an integer from 0 to 18446744073709551615 (2^64-1), got -5" train --seed -5
 expect_error "--resume /nonexistent.safetensors: no such file" train --resume /nonexistent.safetensors
 # Unparsable numbers.
 expect_error "--max-steps" train --max-steps 1.5

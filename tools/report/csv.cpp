@@ -1,5 +1,6 @@
 // Trace CSV reader (see csv.h). Line-oriented: a quoted field may hold commas but not a line
-// break (the trace never writes one). Blank lines are skipped; a trailing '\r' is dropped.
+// break (the trace never writes one). Blank lines are skipped; a trailing '\r' is dropped; a last
+// line without '\n' is a cut row and refused.
 #include "csv.h"
 
 #include <algorithm>
@@ -110,6 +111,11 @@ Trace parse_trace(std::istream& in, const std::string& name) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (trim(line).empty()) continue;
     const std::string where = "trace '" + name + "', line " + std::to_string(lineno);
+    // Every line the trace writer makes ends with '\n': one without is a row cut short, whatever
+    // its fields look like (a cut "1,1," can still have as many fields as the header).
+    MIXPREC_CHECK(!in.eof(), where, ": the file ends without a line end: this row was cut short",
+                  Hint{"its run stopped mid-write (a full disk, a kill); resume the run to rewrite the row, or "
+                       "delete the cut line"});
     MIXPREC_CHECK(split_csv_line(line, fields), where, ": unterminated quote");
     if (slots.empty()) {
       slots = parse_header(t, fields, where);

@@ -2,7 +2,7 @@
 // step. Columns are found by header name; the known ones (kNumericColumns, kTextColumns) are
 // kept, unknown ones are ignored and missing ones are simply absent. It does not interpret values.
 // Invariants: every kept column has rows() values; a malformed row (wrong field count, a
-// non-number in a numeric column) is a mixprec::Error naming the file, line and column.
+// non-number in a numeric column, no line end) is a mixprec::Error naming the file and line.
 #pragma once
 
 #include <istream>

@@ -42,6 +42,11 @@ std::filesystem::path replace_target(const std::filesystem::path& path);
 // temporary file in DIR: <strerror>").
 void check_replaceable(const std::filesystem::path& path);
 
+// What stands at `path` (links followed) when it is not a regular file: "a directory", "a
+// character device", "a block device", "a FIFO (named pipe)" or "a socket"; "" when it is a
+// regular file or cannot be examined (nothing there: opening it then says why).
+std::string non_regular_kind(const std::filesystem::path& path);
+
 // Removes temporaries of `path` that no writer will finish:
 //  - `.NAME.tmp.<host>.<pid>.<n>` written on this machine (same host name and pid namespace)
 //    whose process is gone, or (Linux) whose pid now belongs to a process that started after

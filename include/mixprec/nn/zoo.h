@@ -5,6 +5,7 @@
 // (MindSpore's Dense(..., activation='relu')), which computes exactly Dense then ReLU.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -74,7 +75,12 @@ class GptTiny : public Cell {
   // Samples `count` bytes after `prompt` (at least one byte) with a KV cache: softmax(logits /
   // temperature) drawn from `gen`; temperature 0 takes the most likely byte. When the context is
   // full, the cache restarts from the last half-context of bytes. Runs in eval mode, no grad.
+  // Returns the prompt followed by the sample.
   std::string generate(const std::string& prompt, int64_t count, double temperature, Generator& gen);
+  // The same draws, each byte handed to `on_byte` as it is made (the text is not kept): sampling
+  // stops early when it returns false. Returns the number of bytes made.
+  int64_t generate(const std::string& prompt, int64_t count, double temperature, Generator& gen,
+                   const std::function<bool(char)>& on_byte);
   std::string type_name() const override { return "GptTiny"; }
   Embedding tok;
   PositionEmbedding pos;
