@@ -35,6 +35,7 @@ struct ConvFwdProblem {
   Tensor y;        // preallocated, x's dtype and layout
   ConvGeometry g;
   bool relu = false;
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() {
@@ -50,6 +51,7 @@ struct ConvBwdDataProblem {
   Tensor dy, w;
   Tensor dx;  // preallocated, x's dtype and layout
   ConvGeometry g;
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return dy.device(); }
   std::string describe() const;
   static constexpr auto inputs() {
@@ -65,6 +67,7 @@ struct ConvBwdWeightsProblem {
   Tensor x, dy;
   Tensor dw, db;  // preallocated in acc dtype; either may be undefined (not needed)
   ConvGeometry g;
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() {

@@ -120,6 +120,19 @@ void log_dispatch(OpId op, std::string_view phase, std::string_view chosen,
       declined.empty() ? "" : "  [declined: ", declined.empty() ? "" : (declined + "]").c_str());
 }
 
+void detail::log_measured(OpId op, std::string_view phase, const choice::Choice& c, bool cached,
+                          const std::string& problem) {
+  std::string times;
+  for (const auto& [name, t] : c.seconds)
+    times += (times.empty() ? "" : ", ") + name + " " + std::to_string(t * 1e3) + " ms";
+  std::fprintf(stderr, "mixprec: %.*s %.*s: %s %s (%s)  %s\n", static_cast<int>(op_name(op).size()),
+               op_name(op).data(), static_cast<int>(phase.size()), phase.data(), c.kernel.c_str(),
+               c.pinned ? "pinned (a resumed run's choice)"
+               : cached ? "chosen earlier, measured"
+                        : "is the fastest, measured",
+               times.c_str(), problem.c_str());
+}
+
 namespace {
 
 struct Profile {

@@ -2,16 +2,21 @@
 // filled by the backends (ops/<backend>/register.cpp, in the build's backend order, see
 // register_backends). The first kernel on the problem's device that accepts it runs; each that
 // declines says why. MIXPREC_VERBOSE=1 prints every choice with the reasons of the decliners;
-// ForceImpl("ref") makes every op take the named kernel (tests compare fast vs ref);
+// ForceImpl("ref") makes every op take the named kernel (tests compare fast vs ref); problem
+// types that opt in (kMeasured) choose among the accepting kernels by timing them instead
+// (ops/kernel_choice.h; MIXPREC_KERNEL_CHOICE=first keeps the order);
 // MIXPREC_DISABLE_KERNELS=name,name takes kernels out of the running (an A/B measurement in one
 // build, or ruling a kernel out when chasing a wrong result).
 // A problem type provides: Device device() const; std::string describe() const (one line for
 // logs and errors); for low_via_f32, static inputs() / outputs() (ops/low_via_f32.h).
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "core/capture.h"
+#include "ops/kernel_choice.h"
 #include "mixprec/device.h"
 #include "mixprec/error.h"
 #include "mixprec/ops/registry.h"
@@ -156,7 +162,117 @@ template <class Problem> void record_call(const Problem& p, void (*run)(const Pr
   mixprec::detail::run_kernel(RecordedCall<Problem>{p, run});
 }
 
-// Runs the first kernel registered for Problem that accepts p (see the top of this file).
+namespace detail {
+
+// A problem type whose kernels dispatch may time against each other (ops/kernel_choice.h).
+template <class P>
+concept Measured = requires {
+  requires P::kMeasured;
+};
+
+// What a measured choice is keyed by: threads, op, phase, the problem and its tensors' strides.
+template <class P> std::string choice_signature(OpId op, std::string_view phase, const P& p) {
+  std::string sig = choice::signature_prefix(op_name(op), phase) + p.describe() + " |";
+  if constexpr (requires {
+                  P::inputs();
+                  P::outputs();
+                }) {
+    for (Tensor P::*m : P::inputs()) sig += " " + desc_with_strides(p.*m);
+    for (Tensor P::*m : P::outputs()) sig += " " + desc_with_strides(p.*m);
+  }
+  return sig;
+}
+
+// p with every tensor its kernels write replaced by a new zero-filled one of the same layout, so
+// that timing runs leave the real outputs alone (and an in-place problem's inputs too). None when
+// a written tensor is not dense (a view whose span a new tensor would not match).
+template <class P> std::optional<P> with_fresh_writes(const P& p) {
+  P q = p;
+  for (Tensor P::*m : P::writes()) {
+    const Tensor& t = p.*m;
+    if (!t.defined()) continue;
+    if (!is_dense(t.shape(), t.strides())) return std::nullopt;
+    auto storage = Storage::allocate(t.nbytes(), t.device());
+    std::memset(storage->data(), 0, t.nbytes());
+    q.*m = Tensor::from_storage(std::move(storage), t.shape(), t.strides(), 0, t.dtype());
+  }
+  return q;
+}
+
+// Stops GRAPH_MODE's recording while alive: timing runs are not part of the step.
+class CapturePause {
+ public:
+  CapturePause() : saved_(mixprec::detail::capture_recorder()) {
+    mixprec::detail::capture_recorder() = nullptr;
+  }
+  ~CapturePause() { mixprec::detail::capture_recorder() = saved_; }
+  CapturePause(const CapturePause&) = delete;
+  CapturePause& operator=(const CapturePause&) = delete;
+
+ private:
+  mixprec::detail::CaptureRecorder* saved_;
+};
+
+void log_measured(OpId op, std::string_view phase, const choice::Choice& c, bool cached,
+                  const std::string& problem);
+
+// The kernel to run for p, `first` being the first that accepts it: the cached choice for p's
+// signature, or the fastest of the CPU kernels that accept p (the reference kernels never
+// compete), timed now on fresh outputs: one warm-up run each, then the best of 3 rounds.
+template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase, const P& p,
+                                                std::span<const Impl<P>> impls,
+                                                const Impl<P>* first) {
+  const std::string sig = choice_signature(op, phase, p);
+  const auto usable = [&](const Impl<P>& k) {
+    return k.device == Device::Type::cpu && k.name != "ref" && !kernel_disabled(k.name) &&
+           k.declines(p).empty();
+  };
+  if (const std::optional<choice::Choice> c = choice::lookup(sig)) {
+    for (const Impl<P>& k : impls)
+      if (k.name == c->kernel && (&k == first || usable(k))) {
+        if (c->chosen()) {
+          choice::note_used(sig, *c);
+          if (verbose_level() > 0) log_measured(op, phase, *c, true, p.describe());
+        }
+        return &k;
+      }
+  }
+  std::vector<const Impl<P>*> candidates;
+  for (const Impl<P>& k : impls)
+    if (&k == first ? first->name != "ref" : (&k > first && usable(k))) candidates.push_back(&k);
+  std::optional<P> trial;
+  if (candidates.size() > 1) trial = with_fresh_writes(p);
+  if (!trial) {
+    choice::store(sig, {std::string(first->name), {}});  // nothing to time: remember, don't save
+    return first;
+  }
+  CapturePause pause;
+  std::vector<double> best(candidates.size(), 1e300);
+  for (const Impl<P>* k : candidates) k->run(*trial);
+  for (int round = 0; round < 3; ++round)
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const double t0 = profile_now();
+      candidates[i]->run(*trial);
+      best[i] = std::min(best[i], profile_now() - t0);
+    }
+  size_t win = 0;
+  choice::Choice c;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    c.seconds.emplace_back(candidates[i]->name, best[i]);
+    if (best[i] < best[win]) win = i;
+  }
+  c.kernel = candidates[win]->name;
+  choice::count_measurement();
+  choice::store(sig, c);
+  choice::note_used(sig, c);
+  if (verbose_level() > 0) log_measured(op, phase, c, false, p.describe());
+  return candidates[win];
+}
+
+}  // namespace detail
+
+// Runs the first kernel registered for Problem that accepts p (see the top of this file), or,
+// for a Measured problem type in measure mode, the fastest of those that accept it.
 template <class Problem> void dispatch(OpId op, std::string_view phase, const Problem& p) {
   const std::span<const Impl<Problem>> impls = kernels<Problem>();
   std::string_view forced = forced_impl();
@@ -178,15 +294,20 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
     else
       reason = impl.declines(p);
     if (reason.empty()) {
-      if (verbose) log_dispatch(op, phase, impl.name, p.describe(), declined);
+      const Impl<Problem>* run = &impl;
+      if constexpr (detail::Measured<Problem>)
+        if (forced.empty() && impl.device == Device::Type::cpu &&
+            kernel_choice() == KernelChoice::measure)
+          run = detail::choose_kernel(op, phase, p, impls, &impl);
+      if (verbose) log_dispatch(op, phase, run->name, p.describe(), declined);
       if (mixprec::detail::capture_recorder() != nullptr) {  // GRAPH_MODE capture: record the call
-        record_call(p, impl.run);
+        record_call(p, run->run);
       } else if (profiling()) {
         const double t0 = profile_now();
-        impl.run(p);
-        profile_add(op_name(op), phase, impl.name, profile_now() - t0);
+        run->run(p);
+        profile_add(op_name(op), phase, run->name, profile_now() - t0);
       } else {
-        impl.run(p);
+        run->run(p);
       }
       return;
     }

@@ -21,6 +21,7 @@ struct MatmulProblem {
   Tensor bias;        // undefined, or [N] in any floating dtype; added to the accumulator
   Tensor out;         // [..., M, N], contiguous; its dtype may be wider than a's (f32 from bf16)
   bool relu = false;  // applied after the bias, before the one rounding
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return out.device(); }
   std::string describe() const;
   static constexpr auto inputs() {

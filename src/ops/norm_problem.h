@@ -24,6 +24,7 @@ struct BatchNormFwdProblem {
   bool training = true;
   double eps = 1e-5;
   bool relu = false;
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() { return std::array{&BatchNormFwdProblem::x}; }
@@ -46,6 +47,7 @@ struct BatchNormBwdProblem {
   bool training = true;
   double eps = 1e-5;
   Tensor relu_y = Tensor();
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() {

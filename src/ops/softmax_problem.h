@@ -13,8 +13,9 @@ namespace mixprec::ops {
 
 struct SoftmaxFwdProblem {
   Tensor x, y;
-  int64_t axis = -1;  // already wrapped to [0, dim)
-  bool log = false;   // log_softmax
+  int64_t axis = -1;                       // already wrapped to [0, dim)
+  bool log = false;                        // log_softmax
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return x.device(); }
   std::string describe() const;
   static constexpr auto inputs() { return std::array{&SoftmaxFwdProblem::x}; }
@@ -28,6 +29,7 @@ struct SoftmaxBwdProblem {
   Tensor y, dy, dx;
   int64_t axis = -1;
   bool log = false;
+  static constexpr bool kMeasured = true;  // dispatch may time its kernels (kernel_choice.h)
   Device device() const { return y.device(); }
   std::string describe() const;
   static constexpr auto inputs() {

@@ -9,6 +9,9 @@ dir=$(mktemp -d)
 exit_actions=()
 at_exit() { exit_actions+=("$1"); }
 trap 'for action in "${exit_actions[@]}"; do eval "$action"; done; rm -rf "$dir"' EXIT
+# Measured kernel choices (the default) go to this test's own cache: runs compared bit for bit
+# within a test share one, and no other test's measurements reach it.
+export MIXPREC_CACHE_DIR="$dir/kernel-cache"
 fail() { echo "FAIL: $*"; exit 1; }
 
 # expect_error NEEDLE ARGS...: mixprec ARGS fails (non-zero, not by a signal) with NEEDLE (a grep

@@ -1,6 +1,8 @@
 // oneDNN engine, streams, memory descriptors and the primitive cache (see context.h).
 #include "ops/onednn/context.h"
 
+#include "ops/kernel_choice.h"
+
 #include "mixprec/cpu_features.h"
 #include "mixprec/error.h"
 
@@ -57,7 +59,11 @@ bool computes_in(DType d) { return why_not_computes_in(d).empty(); }
 
 std::string why_not_via_f32(DType d) {
   if (d == DType::f16) return "";
-  if (d == DType::bf16) return computes_in(d) ? "oneDNN computes in bf16 here" : "";
+  // With measured kernel choice the f32 route is a candidate beside the native one (it wins on
+  // CPUs whose bf16 GEMM is slower than their f32 GEMM); in the fixed order it stays out.
+  if (d == DType::bf16)
+    return computes_in(d) && kernel_choice() == KernelChoice::first ? "oneDNN computes in bf16 here"
+                                                                    : "";
   return std::string("not a 16-bit float (") + std::string(dtype_name(d)) + ")";
 }
 

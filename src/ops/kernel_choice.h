@@ -1,0 +1,81 @@
+// Measured kernel choice (dispatch's half is in dispatch.h): for a problem type that opts in
+// (`static constexpr bool kMeasured = true`: the GEMMs and convolutions), when more than one CPU
+// kernel accepts a problem, dispatch times each on the problem's own shapes (a warm-up run, then
+// the best of 3, on fresh outputs, so the real outputs are written once) and keeps the fastest,
+// like FFTW's wisdom or cudnn.benchmark. Choices are keyed by a signature (threads, op, phase,
+// shapes, dtypes, strides), kept for the process, and persisted in a versioned cache file keyed by
+// the CPU (model and features) and the library version: $MIXPREC_CACHE_DIR/kernels.json, else
+// $XDG_CACHE_HOME/mixprec/, else ~/.cache/mixprec/. Writers merge under a lock and rename
+// atomically (the first choice written for a signature stands); a corrupt file or one of another
+// format or library version is ignored with a warning and rewritten.
+// MIXPREC_KERNEL_CHOICE=first restores the fixed registration order (reproducible across
+// machines); measure is the default, except in data-parallel runs, which keep the fixed order (the
+// ranks must run the same kernels; each timing its own could choose differently). Every candidate
+// keeps the AMP contract (inputs in their storage dtype, f32 accumulation, one rounding of each
+// output), so a choice changes speed and the order of additions, never the contract.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mixprec::ops {
+
+enum class KernelChoice { first, measure };
+
+// MIXPREC_KERNEL_CHOICE (first | measure, default measure; another value is an error naming the
+// variable), unless a KernelChoiceScope on this thread says otherwise.
+KernelChoice kernel_choice();
+
+// Sets the choice mode for this thread while alive (tests; `first` for runs that must be
+// reproducible whatever the machine).
+class KernelChoiceScope {
+ public:
+  explicit KernelChoiceScope(KernelChoice mode);
+  ~KernelChoiceScope();
+  KernelChoiceScope(const KernelChoiceScope&) = delete;
+  KernelChoiceScope& operator=(const KernelChoiceScope&) = delete;
+
+ private:
+  std::optional<KernelChoice> prev_;
+};
+
+namespace choice {
+
+// One signature's choice: the kernel, and the seconds each candidate took (best of the runs;
+// empty when it was pinned rather than measured).
+struct Choice {
+  std::string kernel;
+  std::vector<std::pair<std::string, double>> seconds;
+  bool pinned = false;
+  // Measured (here or by an earlier run) or pinned, rather than the only candidate.
+  bool chosen() const { return pinned || !seconds.empty(); }
+};
+
+// The choice for `sig`: pinned first (pin), then this process's, then the cache file's (read once).
+std::optional<Choice> lookup(const std::string& sig);
+// Records a measured choice for this process and merges it into the cache file.
+void store(const std::string& sig, const Choice& c);
+// Choices that win over every other source (a resumed run's, from its checkpoint).
+void pin(const std::map<std::string, std::string>& kernels);
+// Every choice this process used, by signature (for reports and checkpoints).
+std::map<std::string, Choice> used();
+void note_used(const std::string& sig, const Choice& c);
+
+// The cache file ("" when there is no home for it: then choices live for the process only).
+std::string cache_path();
+// The number of signatures this process has timed (a run with a warm cache times none).
+int64_t measurements();
+void count_measurement();
+// Forgets this process's table, pins and counters; the next lookup reads the file again (tests).
+void reset_for_testing();
+
+// "[threads] op phase | problem" and the strides of its tensors: what a choice is keyed by.
+std::string signature_prefix(std::string_view op, std::string_view phase);
+
+}  // namespace choice
+}  // namespace mixprec::ops

@@ -1,0 +1,216 @@
+// Measured kernel choice (ops/kernel_choice.h): a measured GEMM gives what the fixed order gives
+// within the AMP contract, writes its real output once, saves its choice; a warm cache times
+// nothing; a corrupt, foreign or unwritable cache is a warning, never an error; two processes
+// writing at once lose nothing.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "mixprec/ops/ops.h"
+#include "op_test_util.h"
+#include "ops/dispatch.h"
+#include "ops/kernel_choice.h"
+
+namespace mixprec {
+namespace {
+namespace fs = std::filesystem;
+using ops::KernelChoice;
+using ops::KernelChoiceScope;
+namespace choice = ops::choice;
+
+// A fresh cache folder for one test, in MIXPREC_CACHE_DIR while alive; the process's table is
+// forgotten on entry and exit.
+class CacheDir {
+ public:
+  CacheDir()
+      : path_(fs::temp_directory_path() /
+              ("mixprec-kc-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
+    fs::remove_all(path_);
+    const char* old = std::getenv("MIXPREC_CACHE_DIR");
+    if (old) saved_ = old;
+    ::setenv("MIXPREC_CACHE_DIR", path_.c_str(), 1);
+    choice::reset_for_testing();
+  }
+  ~CacheDir() {
+    choice::reset_for_testing();
+    if (saved_)
+      ::setenv("MIXPREC_CACHE_DIR", saved_->c_str(), 1);
+    else
+      ::unsetenv("MIXPREC_CACHE_DIR");
+    fs::remove_all(path_);
+  }
+  fs::path file() const { return path_ / "kernels.json"; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+  std::optional<std::string> saved_;
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// bf16 GEMMs that several kernels accept on every x86 CPU (oneDNN native or through f32).
+Tensor gemm(int64_t m, int64_t k, int64_t n, uint64_t seed) {
+  const Tensor a = testing::random({m, k}, seed, DType::f32).astype(DType::bf16);
+  const Tensor b = testing::random({k, n}, seed + 1, DType::f32).astype(DType::bf16);
+  return ops::matmul(a, b);
+}
+
+TEST(KernelChoice, MeasuredGemmMatchesTheFixedOrderWithinTheContractAndIsSaved) {
+  CacheDir cache;
+  Tensor first, measured;
+  {
+    KernelChoiceScope s(KernelChoice::first);
+    first = gemm(96, 160, 128, 3);
+  }
+  {
+    KernelChoiceScope s(KernelChoice::measure);
+    measured = gemm(96, 160, 128, 3);
+  }
+  EXPECT_GE(choice::measurements(), 1);
+  // Each candidate rounds an f32 accumulation once: the two agree within a bf16 rounding or two.
+  EXPECT_TRUE(testing::all_close(measured.astype(DType::f32), first.astype(DType::f32),
+                                 testing::tolerance_for(DType::bf16)));
+  ASSERT_TRUE(fs::exists(cache.file()));
+  const nlohmann::json j = nlohmann::json::parse(read_text(cache.file()));
+  EXPECT_EQ(j.at("format"), "mixprec kernel choices");
+  EXPECT_EQ(j.at("version"), 1);
+  ASSERT_EQ(j.at("machines").size(), 1u);
+  bool found = false;
+  for (const auto& [key, section] : j.at("machines").items())
+    for (const auto& [sig, c] : section.items())
+      if (sig.find("matmul forward") != std::string::npos &&
+          sig.find("bf16[96, 160]") != std::string::npos) {
+        found = true;
+        EXPECT_GE(c.at("seconds").size(), 2u) << sig;
+        EXPECT_TRUE(c.at("seconds").contains(c.at("kernel").get<std::string>())) << sig;
+      }
+  EXPECT_TRUE(found) << read_text(cache.file());
+}
+
+TEST(KernelChoice, AWarmCacheTimesNothingAndGivesTheSameBits) {
+  CacheDir cache;
+  KernelChoiceScope s(KernelChoice::measure);
+  const Tensor cold = gemm(64, 96, 80, 5);
+  EXPECT_GE(choice::measurements(), 1);
+  choice::reset_for_testing();  // a new process: only the file remembers
+  const Tensor warm = gemm(64, 96, 80, 5);
+  EXPECT_EQ(choice::measurements(), 0);
+  EXPECT_EQ(warm.astype(DType::f32).to_vector<float>(), cold.astype(DType::f32).to_vector<float>());
+  EXPECT_FALSE(choice::used().empty());
+}
+
+TEST(KernelChoice, AMeasuredLinearMatchesTheReferenceKernel) {
+  // The timing runs write fresh outputs; the real output is written once, by the chosen kernel.
+  CacheDir cache;
+  const Tensor x = testing::random({48, 64}, 9, DType::f32).astype(DType::bf16);
+  const Tensor w = testing::random({32, 64}, 10, DType::f32).astype(DType::bf16);
+  const Tensor b = testing::random({32}, 11, DType::f32).astype(DType::bf16);
+  Tensor ref_y;
+  {
+    ops::ForceImpl r("ref");
+    ref_y = ops::linear(x, w, b);
+  }
+  KernelChoiceScope s(KernelChoice::measure);
+  const Tensor y = ops::linear(x, w, b);
+  EXPECT_GE(choice::measurements(), 1);
+  EXPECT_TRUE(testing::all_close(y.astype(DType::f32), ref_y.astype(DType::f32),
+                                 testing::tolerance_for(DType::bf16)));
+}
+
+TEST(KernelChoice, ACorruptOrForeignCacheIsIgnoredWithAWarningAndRewritten) {
+  for (const std::string bad :
+       {std::string("{not json"), std::string("[1, 2, 3]"),
+        std::string(R"({"format": "mixprec kernel choices", "version": 1, "library": "0.0.0",)"
+                    R"( "machines": {}})"),
+        std::string(R"({"format": "mixprec kernel choices", "version": 99, "library": "0.1.0",)"
+                    R"( "machines": {}})")}) {
+    CacheDir cache;
+    fs::create_directories(cache.path());
+    std::ofstream(cache.file()) << bad;
+    KernelChoiceScope s(KernelChoice::measure);
+    ::testing::internal::CaptureStderr();
+    (void)gemm(40, 72, 56, 13);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("ignoring the kernel-choice cache"), std::string::npos)
+        << bad << ": " << err;
+    EXPECT_GE(choice::measurements(), 1) << bad;
+    const nlohmann::json j = nlohmann::json::parse(read_text(cache.file()));
+    EXPECT_EQ(j.at("format"), "mixprec kernel choices") << bad;
+    EXPECT_EQ(j.at("version"), 1) << bad;
+    EXPECT_FALSE(j.at("machines").empty()) << bad;
+  }
+}
+
+TEST(KernelChoice, AnUnwritableCacheCostsAWarningNotTheRun) {
+  CacheDir cache;
+  fs::create_directories(cache.path());
+  std::ofstream(cache.path() / "blocker") << "a file where the cache folder should be";
+  ::setenv("MIXPREC_CACHE_DIR", (cache.path() / "blocker").c_str(), 1);
+  KernelChoiceScope s(KernelChoice::measure);
+  ::testing::internal::CaptureStderr();
+  const Tensor y = gemm(36, 52, 44, 17);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(y.shape(), (Shape{36, 44}));
+  EXPECT_NE(err.find("cannot save measured kernel choices"), std::string::npos) << err;
+}
+
+TEST(KernelChoice, TwoProcessesWritingAtOnceLoseNothing) {
+  CacheDir cache;
+  constexpr int kEach = 40;
+  const auto writer = [&](const char* who) {
+    for (int i = 0; i < kEach; ++i)
+      choice::store(std::string(who) + " sig " + std::to_string(i),
+                    {"onednn", {{"onednn", 1e-3}, {"low_via_f32", 2e-3}}});
+  };
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    writer("child");
+    ::_exit(0);
+  }
+  writer("parent");
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const nlohmann::json j = nlohmann::json::parse(read_text(cache.file()));
+  size_t entries = 0;
+  for (const auto& [key, section] : j.at("machines").items()) entries += section.size();
+  EXPECT_EQ(entries, 2u * kEach);
+  for (const fs::directory_entry& e : fs::directory_iterator(cache.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << "a temporary file was left: " << e.path();
+}
+
+TEST(KernelChoice, PinnedChoicesWin) {
+  CacheDir cache;
+  KernelChoiceScope s(KernelChoice::measure);
+  (void)gemm(32, 48, 40, 21);
+  const auto used = choice::used();
+  ASSERT_FALSE(used.empty());
+  // Pin every signature to the f32 route (a candidate on every CPU for bf16 GEMMs).
+  std::map<std::string, std::string> pins;
+  for (const auto& [sig, c] : used) pins[sig] = "low_via_f32";
+  choice::reset_for_testing();
+  choice::pin(pins);
+  const Tensor y = gemm(32, 48, 40, 21);
+  EXPECT_EQ(choice::measurements(), 0);
+  for (const auto& [sig, c] : choice::used()) EXPECT_EQ(c.kernel, "low_via_f32") << sig;
+  EXPECT_EQ(y.shape(), (Shape{32, 40}));
+}
+
+}  // namespace
+}  // namespace mixprec
