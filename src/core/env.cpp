@@ -16,6 +16,7 @@ namespace {
 constexpr std::string_view kOnOff[] = {"0", "1"};
 constexpr std::string_view kIsa[] = {"scalar", "avx2", "avx512"};
 constexpr std::string_view kAllocator[] = {"caching", "system"};
+constexpr std::string_view kKernelChoice[] = {"measure", "first"};
 
 struct Switch {
   std::string_view name;
@@ -32,6 +33,7 @@ constexpr Switch kSwitches[] = {
     {"MIXPREC_GRAPH_DEBUG", kOnOff, 0, 0, "0"},
     {"MIXPREC_VERBOSE", kOnOff, 0, 0, "0"},
     {"MIXPREC_PROFILE", kOnOff, 0, 0, "0"},
+    {"MIXPREC_KERNEL_CHOICE", kKernelChoice, 0, 0, "measure"},
 };
 
 const Switch& find(std::string_view name) {

@@ -22,6 +22,7 @@
 
 #include "mixprec/comm/communication.h"
 #include "mixprec/cpu_features.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 #include "mixprec/version.h"
 
@@ -34,17 +35,8 @@ constexpr const char* kFormatName = "mixprec kernel choices";
 thread_local std::optional<KernelChoice> t_mode;
 
 KernelChoice env_mode() {
-  static const KernelChoice mode = [] {
-    const char* v = std::getenv("MIXPREC_KERNEL_CHOICE");
-    if (v == nullptr || *v == '\0' || std::string_view(v) == "measure")
-      return KernelChoice::measure;
-    MIXPREC_CHECK(std::string_view(v) == "first", "MIXPREC_KERNEL_CHOICE: expected 'first' or ",
-                  "'measure', got '", v, "'",
-                  Hint{"'first' keeps the fixed kernel order (the same kernels on every machine); "
-                       "'measure' (the default) times the kernels that accept a problem and "
-                       "keeps the fastest"});
-    return KernelChoice::first;
-  }();
+  static const KernelChoice mode =
+      env::get("MIXPREC_KERNEL_CHOICE") == "first" ? KernelChoice::first : KernelChoice::measure;
   return mode;
 }
 
