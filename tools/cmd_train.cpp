@@ -20,6 +20,8 @@
 #include "mixprec/allocator.h"
 #include "mixprec/context.h"
 #include "mixprec/amp/amp.h"
+#include "mixprec/amp/rates.h"
+#include "mixprec/comm/collectives.h"
 #include "mixprec/cpu_features.h"
 #include "mixprec/data/dataset.h"
 #include "mixprec/data/text.h"
@@ -172,9 +174,6 @@ void print_header(const TrainArgs& a, const Data& d, const amp::TrainOneStepCell
                 a.grad_overlap ? "started during backward" : "after backward", threads, threads == 1 ? "" : "s");
   const bool fp32 = !custom && parse_amp_level(a.amp_level) == AmpLevel::O0;
   if (fp32) std::printf("note: O0 trains in fp32; --dtype is ignored\n");
-  if (parse_low_dtype(a.dtype) == DType::f16 && !fp32)
-    std::printf("note: f16 is emulated exactly on this CPU (fp32 compute, outputs rounded to f16): "
-                "numerically faithful, not faster; bf16 is the fast type here\n");
 }
 
 // Test metrics at the end: those of the last epoch when training ended at an epoch boundary,
@@ -239,6 +238,43 @@ struct Setup {
   io::Metadata settings{};
 };
 
+// --dtype auto becomes bf16 or f16 here, before the settings are recorded: a resumed run keeps its
+// checkpoint's; a new one takes the type measured faster on this machine (rank 0 measures, the
+// other ranks take its answer). A run in 16 bits says what its dtype buys here, from the measurement.
+void resolve_dtype(TrainArgs& a, const ParallelRun& par) {
+  const bool fp32 = !a.custom_lists() && parse_amp_level(a.amp_level) == AmpLevel::O0;
+  if (a.dtype == "auto" && !a.resume.empty()) {
+    const io::Metadata m = io::read_safetensors_metadata(a.resume);
+    const auto it = m.find("cli.dtype");
+    a.dtype = it != m.end() ? it->second : "bf16";
+    std::printf("dtype auto: %s, as the run being resumed\n", a.dtype.c_str());
+    return;
+  }
+  if (fp32) {
+    if (a.dtype == "auto") a.dtype = "bf16";  // recorded, unused
+    return;
+  }
+  if (a.device != "cpu") {  // the rates below are the CPU's
+    if (a.dtype == "auto") {
+      a.dtype = "f16";
+      std::printf("dtype auto: f16 on %s (the GPU default; not measured)\n", a.device.c_str());
+    }
+    return;
+  }
+  std::string chosen = a.dtype;
+  if (par.rank == 0) {
+    const amp::PrecisionRates rates = amp::measure_precision_rates();
+    if (chosen == "auto") chosen = std::string(dtype_name(rates.faster_low()));
+    std::printf("measured on this machine (mixprec info):\n%s\n", rates.describe().c_str());
+    const DType low = parse_low_dtype(chosen);
+    std::printf("this run: its 16-bit GEMMs and convolutions in %s, at %.2fx their f32 rate here%s\n",
+                chosen.c_str(), rates.combined(low) / rates.combined(DType::f32),
+                a.dtype == "auto" ? " (--dtype auto)" : "");
+  }
+  if (par.on) comm::broadcast(chosen, 0);
+  a.dtype = chosen;
+}
+
 Setup parse(const TrainArgs& args) {
   as_usage_error([&] { validate(args); });
   use_device(args.device);
@@ -248,6 +284,7 @@ Setup parse(const TrainArgs& args) {
   if (s.par.rank == 0)
     for (const OutputPath& o : output_paths(s.a)) check_writable(o.path, o.flag, o.stream_ok);
   s.threads = set_threads(parallel_threads(s.a, s.par));
+  resolve_dtype(s.a, s.par);
   set_mode(s.a.mode);
   s.settings = trajectory_settings(s.a, s.threads);
   if (!s.a.resume.empty()) check_same_settings(io::read_safetensors_metadata(s.a.resume), s.settings, s.a.resume);
@@ -458,7 +495,9 @@ Command register_train(CLI::App& app) {
   cmd->add_option("--black-list", a->black_list,
                   "Custom mixed precision instead of --amp-level: these ops or cells (comma-separated, e.g. "
                   "LayerNorm,softmax) run in fp32, the rest in --dtype");
-  cmd->add_option("--dtype", a->dtype, "Low-precision dtype: bf16 (fast on this CPU) | f16 (exact emulation, not faster)")
+  cmd->add_option("--dtype", a->dtype,
+                  "Low-precision dtype: auto (the faster 16-bit type on this machine, measured at start; a resumed run "
+                  "keeps its checkpoint's) | bf16 | f16")
       ->capture_default_str();
   cmd->add_option("--keep-batchnorm-fp32", a->keep_bn, "true|false (default: true at O2, false otherwise)")
       ->capture_default_str();

@@ -71,7 +71,7 @@ CLI::Validator seed_validator() {
 DType parse_low_dtype(const std::string& s) {
   const auto d = parse_dtype(s);
   MIXPREC_CHECK(d && (*d == DType::f16 || *d == DType::bf16), "--dtype: unknown value '", s,
-                "'; valid: f16, bf16", Hint{"bf16 is the fast type on this CPU; f16 is emulated exactly"});
+                "'; valid: f16, bf16", Hint{"`mixprec info` measures which of the two is faster on this machine"});
   return *d;
 }
 

@@ -155,7 +155,7 @@ void validate(const TrainArgs& a) {
     MIXPREC_CHECK(!name.empty(), list_flag, ": expected comma-separated op or cell names, got an empty name in '",
                   list, "'");
   with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
-  (void)parse_low_dtype(a.dtype);
+  if (a.dtype != "auto") (void)parse_low_dtype(a.dtype);
   (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
                 ": needs --checkpoint FILE (where to save)");

@@ -35,7 +35,7 @@ struct TrainArgs {
   // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.
   std::string white_list, black_list;
   bool custom_lists() const { return !white_list.empty() || !black_list.empty(); }
-  std::string dtype = "bf16";
+  std::string dtype = "auto";  // auto | bf16 | f16 (auto: resolved by measuring, train's parse())
   std::string keep_bn = "default";
   std::string loss_scale = "default";
   std::string report, checkpoint, trace, resume;
