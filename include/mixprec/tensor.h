@@ -104,7 +104,10 @@ class Tensor {
   TensorImpl* impl() const { return impl_.get(); }
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
 
-  // Address of element 0 (storage base + offset). data<T>() also checks that T matches dtype.
+  // Address of element 0 (storage base + offset), on the tensor's device: kernels of any backend
+  // take it (a CUDA kernel, a device pointer). data<T>() is the host's typed access: it checks
+  // that T matches dtype and that the tensor is on the CPU (a GPU tensor's elements cannot be
+  // read from the host: an error naming its device, not a segfault).
   void* data_ptr() const;
   template <class T> T* data() const;
 
@@ -180,6 +183,9 @@ T* Tensor::data() const {
                     (dtype_of<T>() == dtype() ||
                      (std::is_same_v<T, uint8_t> && dtype() == DType::boolean)),
                 "Tensor::data<T>: T does not match the tensor dtype ", dtype_name(dtype()));
+  MIXPREC_CHECK(device().is_cpu(), "Tensor::data<T>: the tensor is on ", device().str(),
+                ", not cpu: the host cannot read or write its elements",
+                Hint{"copy it to the host first: t.to(Device::cpu())"});
   return static_cast<T*>(data_ptr());
 }
 

@@ -1,7 +1,8 @@
 // The fused unscale-and-check pass: one sweep per gradient tensor that multiplies by the
 // inverse scale (computed in f64, rounded once to f32) and ORs a non-finite flag. The finite
-// test is on the exponent bits after scaling, so it catches values that were already inf/NaN
-// and none that scaling creates (1/scale <= 1 never overflows). Chunks are independent; the
+// test is on the value stored: f32's exponent bits after scaling, and for f16/bf16 the scaled
+// value against the first one that rounds to infinity (ops::stores_finite), so a fixed scale
+// below 1 (1/scale > 1) that overflows the 16-bit type is caught too. Chunks are independent; the
 // flag is combined with a reduction, so the result does not depend on the thread count.
 #include <bit>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/convert.h"
 #include "mixprec/error.h"
+#include "ops/amp_problem.h"
 
 namespace mixprec::amp {
 namespace {
@@ -50,7 +52,7 @@ bool scale_16(void* p, DType dt, int64_t n, float inv, bool do_scale) {
     int local = 0;
     for (int64_t i = 0; i < hi - lo; ++i) {
       const float v = do_scale ? buf[i] * inv : buf[i];
-      local |= !finite_bits(v);
+      local |= !ops::stores_finite(v, dt);
       buf[i] = v;
     }
     if (do_scale) convert_row(buf, DType::f32, base, dt, hi - lo);

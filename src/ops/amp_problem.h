@@ -8,6 +8,7 @@
 // matching shapes; found_inf and inv_scale f32 [1]; growth_tracker i32 [1].
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,20 @@
 
 namespace mixprec::ops {
 
+// Whether v, rounded to nearest even into dt (f32, f16 or bf16), is finite: |v| below the first
+// value that rounds to infinity (the largest finite value plus half its ulp: 65520 for f16,
+// 0x1.ffp+127 for bf16) and not NaN. The check of the stored value without reading it back: a
+// fixed loss scale below 1 makes g / scale larger than g, finite in f32 but inf in f16.
+MIXPREC_HD inline bool stores_finite(float v, DType dt) {
+  const float a = v < 0 ? -v : v;
+  return a < (dt == DType::f16    ? 0x1.ffep+15f
+              : dt == DType::bf16 ? 0x1.ffp+127f
+                                  : std::numeric_limits<float>::infinity());
+}
+
 // grads[i] *= inv_scale (f32 arithmetic, rounded into the gradient's dtype); found_inf = 1 when
-// any scaled value is inf or NaN (never reset here: the caller zeroes it once per step).
+// any stored value (after that rounding: stores_finite) is inf or NaN (never reset here: the
+// caller zeroes it once per step).
 struct AmpUnscaleProblem {
   std::vector<Tensor> grads;  // f32, f16 or bf16, contiguous, updated in place
   Tensor found_inf, inv_scale;

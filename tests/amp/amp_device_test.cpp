@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/ops/amp_device.h"
@@ -36,6 +37,31 @@ TEST(AmpDevice, ForeachUnscaleEqualsUnscaleAndCheckAndSetsTheFlag) {
     EXPECT_EQ(found.item(), 1.0);
     ops::amp_foreach_non_finite_check_and_unscale_({a[0].clone()}, found, scalar_f32(0.5f));
     EXPECT_EQ(found.item(), 1.0);
+  }
+}
+
+TEST(AmpDevice, TheCheckIsOnTheStoredValueWhenAScaleBelowOneOverflowsTheDtype) {
+  // 1/scale > 1 (a fixed scale below 1): the product can be finite in f32 and inf in the
+  // gradient's dtype. 65520 is the first f32 value that rounds to inf in f16, 0x1.ffp+127 in bf16.
+  struct Case {
+    DType d;
+    float g, inv;
+    bool stored_inf;
+  };
+  for (const Case& k :
+       {Case{DType::f16, 40000, 2, true}, Case{DType::f16, 32752, 2, false},
+        Case{DType::f16, 1, 65520.0f, true}, Case{DType::f16, 1, 65519.99609375f, false},
+        Case{DType::bf16, 1, 0x1.ffp+127f, true}, Case{DType::bf16, 1, 0x1.fefffep+127f, false},
+        Case{DType::bf16, 60000, 2, false}, Case{DType::f32, 40000, 2, false}}) {
+    const std::string what =
+        std::string(dtype_name(k.d)) + " " + std::to_string(k.g) + " x " + std::to_string(k.inv);
+    const Tensor g = Tensor::from_vector<float>({0.5f, k.g}, {2}, k.d);
+    const Tensor found = zeros({1}), b = g.clone(), c = g.clone();
+    ops::amp_foreach_non_finite_check_and_unscale_({b}, found, scalar_f32(k.inv));
+    EXPECT_EQ(std::isinf(b.to_vector<float>()[1]), k.stored_inf) << what;
+    EXPECT_EQ(found.item(), k.stored_inf ? 1.0 : 0.0) << what;
+    EXPECT_EQ(amp::unscale_and_check({c}, 1.0 / static_cast<double>(k.inv)), !k.stored_inf) << what;
+    EXPECT_EQ(b.to_vector<float>(), c.to_vector<float>()) << what;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "mixprec/version.h"  // MIXPREC_WITH_ONEDNN
 #include "ops/kernel_choice.h"
 #include "train_steps_util.h"
 
@@ -54,7 +55,9 @@ TEST_P(KernelChoiceZoo, MeasuredAndFirstAgreeWithinTheContractAtO2) {
             << "weight tensor " << i << " element " << j;
     }
   }
+#if MIXPREC_WITH_ONEDNN  // without it, a model of GEMMs alone (mlp, gpt-tiny) has nothing to choose
   EXPECT_GE(ops::choice::measurements(), 1) << "nothing was measured for " << GetParam();
+#endif
   ops::choice::reset_for_testing();
   std::filesystem::remove_all(dir);
   ::unsetenv("MIXPREC_CACHE_DIR");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "mixprec/ops/amp_device.h"
@@ -33,6 +34,24 @@ TEST(CudaAmp, ForeachUnscaleMatchesTheReferenceAndFindsTheInf) {
       for (size_t i = 0; i < cpu.size(); ++i)  // one f32 multiply, one rounding: exact
         EXPECT_TRUE(gpu_close(dev[i], cpu[i], d, 0.0)) << dtype_name(d) << " tensor " << i;
     }
+  }
+}
+
+TEST(CudaAmp, UnscaleChecksTheStoredValueAsTheReferenceDoes) {
+  // 1/scale > 1: finite in f32, inf once stored in f16 (65520 rounds to inf, 65519.996 does not).
+  for (const auto& [d, inv] :
+       std::vector<std::pair<DType, float>>{{DType::f16, 65520.0f},
+                                            {DType::f16, 65519.99609375f},
+                                            {DType::bf16, 0x1.ffp+127f},
+                                            {DType::bf16, 0x1.fefffep+127f}}) {
+    const Tensor c = Tensor::from_vector<float>({0.5f, 1.0f}, {2}, d), g = gpu(c);
+    const Tensor fc = flag(0, Device::cpu()), fg = flag(0, kGpu);
+    ops::amp_foreach_non_finite_check_and_unscale_({c}, fc, flag(inv, Device::cpu()));
+    ops::amp_foreach_non_finite_check_and_unscale_({g}, fg, flag(inv, kGpu));
+    EXPECT_EQ(fg.to(Device::cpu()).item(), fc.item()) << dtype_name(d) << " x " << inv;
+    EXPECT_EQ(fc.item(), std::isinf(c.to_vector<float>()[1]) ? 1.0 : 0.0)
+        << dtype_name(d) << " x " << inv;
+    EXPECT_TRUE(gpu_close(g, c, d, 0.0)) << dtype_name(d) << " x " << inv;
   }
 }
 
@@ -72,7 +91,9 @@ TEST(CudaAmp, FusedMomentumMatchesTheReferenceAndSkipsWhenTheFlagIsSet) {
       if (step < 2) ops::fused_momentum_(pg, gg, vg, wg, flag(0, kGpu), flag(0.25f, kGpu), o);
       else ops::fused_momentum_(pg, gg, vg, wg, flag(0, kGpu), flag(0.25f, kGpu), {.lr = 5.0, .momentum = 0.9, .weight_decay = 1e-4}, flag(0.1f, kGpu));
     }
-    for (size_t i = 0; i < shapes.size(); ++i) {  // nvcc may contract to FMA: f32 tolerance
+    // amp.cu is compiled with -fmad=false (no FMA contraction), so the bits should be the
+    // reference's; held to the f32 tolerance until a GPU has shown that they are.
+    for (size_t i = 0; i < shapes.size(); ++i) {
       EXPECT_TRUE(gpu_close(pg[i], pc[i], DType::f32)) << i;
       EXPECT_TRUE(gpu_close(vg[i], vc[i], DType::f32)) << i;
       EXPECT_TRUE(gpu_close(wg[i], wc[i], low)) << i;

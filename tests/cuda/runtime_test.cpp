@@ -2,6 +2,8 @@
 // device allocator's counters and cache, copy-convert on the device, pinned staging.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "mixprec/allocator.h"
 #include "mixprec/cuda.h"
 #include "mixprec/cuda_readback.h"
@@ -20,6 +22,17 @@ TEST(CudaRuntime, RoundTripKeepsEveryDtypeBitExact) {
     EXPECT_EQ(g.device(), kGpu);
     EXPECT_TRUE(testing::all_close(g.to(Device::cpu()), h, {0.0, 0.0})) << dtype_name(d);
   }
+}
+
+TEST(CudaRuntime, AHostReadOfAGpuTensorIsAnErrorNamingItsDevice) {
+  const Tensor g = zeros({3}, {.device = kGpu});
+  try {
+    (void)g.data<float>();
+    FAIL() << "data<float>() on a GPU tensor did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(g.data_ptr(), nullptr);  // the device pointer, for kernels
 }
 
 TEST(CudaRuntime, StridedCopyAndConvertOnTheDeviceMatchTheCpu) {

@@ -34,11 +34,9 @@ Tensor upload_rows(const std::vector<ChunkRow>& rows, Device device) {
                            {.dtype = DType::i64, .device = device});
 }
 
-__device__ bool finite_bits(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
-
 // Grid: one block of 256 threads per chunk row; threads take elements start + t, + 256, ... of
 // the chunk (coalesced). Each writes its gradient element scaled (one rounding into the dtype)
-// and, if any of its values is not finite, stores 1 into found_inf: every writer stores the
+// and, if any of its stored values is not finite, stores 1 into found_inf: every writer stores the
 // same value, so the race is benign and the flag ends 1 iff some element was not finite.
 __global__ void unscale_kernel(const ChunkRow* rows, float* found_inf, const float* inv_scale) {
   const ChunkRow r = rows[blockIdx.x];
@@ -49,7 +47,7 @@ __global__ void unscale_kernel(const ChunkRow* rows, float* found_inf, const flo
   bool bad = false;
   for (int64_t i = r.start + threadIdx.x; i < end; i += kThreads) {
     const float v = load_elem<float>(g, dt, i) * inv;
-    bad = bad || !finite_bits(v);
+    bad = bad || !stores_finite(v, dt);  // the stored value
     store_elem<float>(g, dt, i, v);
   }
   if (bad) *found_inf = 1.0f;
@@ -109,6 +107,15 @@ __global__ void advance_step_kernel(int32_t* count, const float* found_inf, cons
 
 int64_t as_int(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
+// The typed device pointer of a flag, scale or table tensor (Tensor::data<T>() is the host's
+// access and refuses a GPU tensor).
+template <class T> T* dev(const Tensor& t) {
+  MIXPREC_CHECK(t.dtype() == dtype_of<T>(), "amp kernel: expected ", dtype_name(dtype_of<T>()),
+                ", got ", dtype_name(t.dtype()));
+  return static_cast<T*>(t.data_ptr());
+}
+template <class T> T* dev_or_null(const Tensor& t) { return t.defined() ? dev<T>(t) : nullptr; }
+
 }  // namespace
 
 void amp_unscale(const AmpUnscaleProblem& p) {
@@ -120,17 +127,17 @@ void amp_unscale(const AmpUnscaleProblem& p) {
   cudaStream_t st = cuda_detail::activate(p.device());
   const Tensor table = upload_rows(rows, p.device());
   unscale_kernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
-      static_cast<const ChunkRow*>(table.data_ptr()), p.found_inf.data<float>(),
-      p.inv_scale.data<float>());
+      static_cast<const ChunkRow*>(table.data_ptr()), dev<float>(p.found_inf),
+      dev<float>(p.inv_scale));
   MIXPREC_CUDA_LAUNCHED();
 }
 
 void amp_update_scale(const AmpUpdateScaleProblem& p) {
   cudaStream_t st = cuda_detail::activate(p.device());
-  update_scale_kernel<<<1, 1, 0, st>>>(
-      p.scale.data<float>(), p.growth_tracker.data<int32_t>(), p.found_inf.data<float>(),
-      static_cast<float>(p.growth_factor), static_cast<float>(p.backoff_factor),
-      static_cast<float>(p.min_scale), p.growth_interval);
+  update_scale_kernel<<<1, 1, 0, st>>>(dev<float>(p.scale), dev<int32_t>(p.growth_tracker),
+                                       dev<float>(p.found_inf), static_cast<float>(p.growth_factor),
+                                       static_cast<float>(p.backoff_factor),
+                                       static_cast<float>(p.min_scale), p.growth_interval);
   MIXPREC_CUDA_LAUNCHED();
 }
 
@@ -148,19 +155,16 @@ void fused_momentum(const FusedMomentumProblem& p) {
   cudaStream_t st = cuda_detail::activate(p.device());
   const Tensor table = upload_rows(rows, p.device());
   momentum_kernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
-      static_cast<const ChunkRow*>(table.data_ptr()),
-      p.found_inf.defined() ? p.found_inf.data<float>() : nullptr,
-      p.inv_scale.defined() ? p.inv_scale.data<float>() : nullptr,
-      p.lr.defined() ? p.lr.data<float>() : nullptr, p.step);
+      static_cast<const ChunkRow*>(table.data_ptr()), dev_or_null<float>(p.found_inf),
+      dev_or_null<float>(p.inv_scale), dev_or_null<float>(p.lr), p.step);
   MIXPREC_CUDA_LAUNCHED();
 }
 
 void amp_advance_step(const AmpAdvanceStepProblem& p) {
   cudaStream_t st = cuda_detail::activate(p.device());
-  advance_step_kernel<<<1, 1, 0, st>>>(p.count.data<int32_t>(),
-                                       p.found_inf.defined() ? p.found_inf.data<float>() : nullptr,
-                                       p.table.data<float>(), p.table.size(0), p.table.size(1),
-                                       p.base, p.out.data<float>());
+  advance_step_kernel<<<1, 1, 0, st>>>(dev<int32_t>(p.count), dev_or_null<float>(p.found_inf),
+                                       dev<float>(p.table), p.table.size(0), p.table.size(1),
+                                       p.base, dev<float>(p.out));
   MIXPREC_CUDA_LAUNCHED();
 }
 

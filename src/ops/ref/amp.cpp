@@ -11,7 +11,6 @@
 
 namespace mixprec::ops::ref {
 namespace {
-bool finite_bits(float v) { return (std::bit_cast<uint32_t>(v) & 0x7f800000u) != 0x7f800000u; }
 
 float load_f32(const Tensor& t, int64_t i) {
   float v;
@@ -32,7 +31,7 @@ void amp_unscale(const AmpUnscaleProblem& p) {
   for (const Tensor& g : p.grads)
     for (int64_t i = 0; i < g.numel(); ++i) {
       const float v = load_f32(g, i) * inv;
-      bad = bad || !finite_bits(v);
+      bad = bad || !stores_finite(v, g.dtype());  // the stored value
       store_f32(g, i, v);
     }
   if (bad) *p.found_inf.data<float>() = 1.0f;
