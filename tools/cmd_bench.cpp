@@ -4,11 +4,17 @@
 // spot, and floor = GEMM/conv FLOPs / GEMM rate + bytes moved / bandwidth. Writes JSON with
 // --report. Steps use SGD with momentum and the level's default loss scaling, as in training.
 // --mode both times a pynative and a graph-mode copy of the same network, step for step
-// alternately, so that their ratio comes from one run on a noisy machine.
+// alternately, so that their ratio comes from one run on a noisy machine. --model takes a comma
+// list (or `all`, every zoo model) and --configs a list of LEVEL:DTYPE: one process times each
+// model in each configuration in turn (one line each; --report then writes a JSON array), so a
+// GPU's start-up (CUDA context, cuBLASLt, cuDNN) is paid once. On a GPU (--device cuda) the
+// floor's rates are the GPU's, measured once per dtype in the process: a device GEMM and a
+// device-to-device copy (no CPU probe).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <omp.h>
 #include <vector>
@@ -19,6 +25,7 @@
 #include "mixprec/amp/amp.h"
 #include "mixprec/context.h"
 #include "mixprec/cpu_features.h"
+#include "mixprec/cuda.h"
 #include "mixprec/graph/plan.h"
 #include "mixprec/grad_mode.h"
 #include "mixprec/nn/loss.h"
@@ -38,20 +45,45 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-// Best-of-5 GFLOP/s of a 1024^3 GEMM in `dtype` through the op library (oneDNN).
-double measure_gemm_gflops(DType dtype) {
+// Best-of-5 GFLOP/s of an n^3 GEMM in `dtype` through the op library on `device` (1024 on the
+// CPU; 4096 on a GPU, where a smaller one would time the launch), waiting for the GPU each time.
+double measure_gemm_gflops(DType dtype, Device device = Device::cpu()) {
+  const int64_t n = device.is_cpu() ? 1024 : 4096;
   Generator g(1);
-  const Tensor a = randn({1024, 1024}, g, {.dtype = dtype});
-  const Tensor b = randn({1024, 1024}, g, {.dtype = dtype});
+  const Tensor a = randn({n, n}, g, {.dtype = dtype}).to(device);
+  const Tensor b = randn({n, n}, g, {.dtype = dtype}).to(device);
   NoGradGuard ng;
+  auto wait = [&] {
+    if (!device.is_cpu()) cuda::synchronize(device);
+  };
   (void)ops::matmul(a, b);
+  wait();
   double best = 1e9;
   for (int i = 0; i < 5; ++i) {
     const auto t = clock_type::now();
     (void)ops::matmul(a, b);
+    wait();
     best = std::min(best, seconds_since(t));
   }
-  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+  return 2.0 * static_cast<double>(n * n * n) / best / 1e9;
+}
+
+// A GPU's memory bandwidth: best-of-5 device-to-device copy of 1 GiB (f32), bytes read plus
+// written.
+double measure_device_bandwidth_gbs(Device device) {
+  const int64_t n = int64_t{1} << 28;
+  const Tensor src = zeros({n}, {.device = device});
+  Tensor dst = zeros({n}, {.device = device});
+  dst.copy_(src);
+  cuda::synchronize(device);
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const auto t = clock_type::now();
+    dst.copy_(src);
+    cuda::synchronize(device);
+    best = std::min(best, seconds_since(t));
+  }
+  return 2.0 * 4.0 * static_cast<double>(n) / best / 1e9;
 }
 
 // Best-of-5 memcpy bandwidth over 256 MiB, counting bytes read plus bytes written, with the
@@ -99,6 +131,7 @@ std::pair<Tensor, Tensor> synthetic_batch(const std::string& model, int64_t batc
 
 struct BenchArgs {
   std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", mode = "pynative", report;
+  std::string configs;  // LEVEL:DTYPE,... (empty: --amp-level and --dtype)
   int64_t batch_size = 0, steps = 20, warmup = 5;
   int threads = 0;
   std::string device = "cpu";
@@ -156,22 +189,36 @@ Runner make_runner(const BenchArgs& a, Mode mode) {
   return r;
 }
 
-int run_bench(const BenchArgs& a) {
-  as_usage_error([&] {
-    MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
-    MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
-    MIXPREC_CHECK(a.threads >= 0, "--threads: expected at least 0, got ", a.threads);
-    with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
-    (void)parse_low_dtype(a.dtype);
-    (void)parse_loss_scale(a.loss_scale);
-    if (a.mode != "both") with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
-  });
-  use_device(a.device);
+// The floor's rates on a GPU, measured once per GEMM dtype in this process.
+struct DeviceRates {
+  std::map<DType, double> gflops;
+  double bandwidth_gbs = 0;
+};
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// One model in one configuration (checked by run_bench): times it, prints its lines, returns
+// its report.
+nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   const int threads = set_threads(a.threads);
   const AmpLevel level = parse_amp_level(a.amp_level);
   const DType low = parse_low_dtype(a.dtype);
   const int64_t batch = a.batch_size > 0 ? a.batch_size : nn::default_batch_size(a.model);
-  check_writable(a.report, "--report");
   std::vector<Runner> runners;
   if (a.mode == "both") {
     runners.push_back(make_runner(a, Mode::pynative));
@@ -197,10 +244,19 @@ int run_bench(const BenchArgs& a) {
   int64_t param_count = 0;
   for (const Tensor& p : net->trainable_params()) param_count += p.numel();
 
-  const DType gemm_dtype = level == AmpLevel::O0 || low == DType::f16 ? DType::f32 : low;
-  // The GEMM rate swings with the machine's state (bf16 between ~650 and ~1750 GFLOP/s here),
-  // so it is measured before and after the timed steps and the better figure is the floor's.
-  const double gflops_before = measure_gemm_gflops(gemm_dtype);
+  const Device device = get_context().device;
+  // On the CPU f16 is emulated (its GEMMs run in f32); a GPU has f16 tensor cores.
+  const DType gemm_dtype = level == AmpLevel::O0 || (low == DType::f16 && device.is_cpu()) ? DType::f32 : low;
+  // The CPU's GEMM rate swings with the machine's state (bf16 between ~650 and ~1750 GFLOP/s
+  // here), so it is measured before and after the timed steps and the better figure is the
+  // floor's. A GPU's rates are measured once per process (DeviceRates), before any timing.
+  double gflops_before = 0;
+  if (device.is_cpu()) {
+    gflops_before = measure_gemm_gflops(gemm_dtype);
+  } else {
+    if (!rates.gflops.contains(gemm_dtype)) rates.gflops[gemm_dtype] = measure_gemm_gflops(gemm_dtype, device);
+    if (rates.bandwidth_gbs == 0) rates.bandwidth_gbs = measure_device_bandwidth_gbs(device);
+  }
 
   // Graph mode needs two untimed steps (a key's first runs eagerly, its second is captured).
   for (int64_t i = 0; i < std::max<int64_t>(a.warmup, 2); ++i)
@@ -211,7 +267,6 @@ int run_bench(const BenchArgs& a) {
   // retains it (at O0 the first layer saves it; at O2 it saves the bf16 cast instead).
   // On a GPU (--device cuda) both are its memory (peak and activations; "step adds" stays the
   // host's).
-  const Device device = get_context().device;
   int64_t activation = 0;
   {
     const int64_t before = memory_stats(device).live_bytes;
@@ -240,8 +295,9 @@ int run_bench(const BenchArgs& a) {
       r.pipelined_ms = 1e3 * seconds_since(t) / static_cast<double>(a.steps);
     }
 
-  const double gflops = std::max(gflops_before, measure_gemm_gflops(gemm_dtype));
-  const double bw = measure_bandwidth_gbs();
+  const double gflops =
+      device.is_cpu() ? std::max(gflops_before, measure_gemm_gflops(gemm_dtype)) : rates.gflops.at(gemm_dtype);
+  const double bw = device.is_cpu() ? measure_bandwidth_gbs() : rates.bandwidth_gbs;
   // Bytes a step must move: weights read in forward and backward (low copies at O2/O3), the
   // gradient written and read, momentum read and written, fp32 weights read and written, the
   // low copy written; saved activations written in forward and read in backward, twice over
@@ -280,7 +336,8 @@ int run_bench(const BenchArgs& a) {
   if (runners.size() == 2)
     std::printf("graph vs pynative: %.2fx the speed (median step %.2f vs %.2f ms, alternated in this run)\n",
                 runners[0].median() / runners[1].median(), runners[1].median(), runners[0].median());
-  if (!a.report.empty()) {
+  nlohmann::json j;
+  {
     auto timings = [&](const Runner& r, nlohmann::json& j) {
       const double median = r.median();
       j["mode"] = mode_name(r.mode);
@@ -301,7 +358,6 @@ int run_bench(const BenchArgs& a) {
                       {"held_bytes", g.plan.held_bytes}, {"eager_peak_bytes", g.plan.eager_peak_bytes}};
       }
     };
-    nlohmann::json j;
     j["model"] = a.model;
     j["amp_level"] = std::string(amp_level_name(level));
     j["dtype"] = dt;
@@ -317,6 +373,7 @@ int run_bench(const BenchArgs& a) {
     j["bandwidth_gbs_measured"] = bw;
     j["floor_ms"] = floor_ms;
     j["threads"] = threads;
+    j["device"] = device.str();
     j["cpu_features"] = describe(cpu_features());
     j["mixprec_version"] = MIXPREC_VERSION;
     if (runners.size() == 2) {
@@ -325,8 +382,52 @@ int run_bench(const BenchArgs& a) {
       j["graph_run"] = g;
       j["graph_speedup"] = runners[0].median() / runners[1].median();
     }
-    write_file_replacing(a.report, j.dump(2) + "\n", "--report");
   }
+  return j;
+}
+
+int run_bench(const BenchArgs& a) {
+  std::vector<std::string> models;
+  std::vector<std::pair<std::string, std::string>> configs;  // (level, dtype)
+  as_usage_error([&] {
+    const std::vector<std::string> known = nn::model_names();
+    models = a.model == "all" ? known : split_list(a.model);
+    for (const std::string& m : models)
+      MIXPREC_CHECK(std::find(known.begin(), known.end(), m) != known.end(), "--model: '", m,
+                    "' is not a zoo model (expected all, or a comma list of: ", join_names(known), ")");
+    if (a.configs.empty()) {
+      configs.emplace_back(a.amp_level, a.dtype);
+    } else {
+      for (const std::string& c : split_list(a.configs)) {
+        const size_t colon = c.find(':');
+        configs.emplace_back(c.substr(0, colon), colon == std::string::npos ? a.dtype : c.substr(colon + 1));
+      }
+    }
+    MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+    MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
+    MIXPREC_CHECK(a.threads >= 0, "--threads: expected at least 0, got ", a.threads);
+    for (const auto& [level, dtype] : configs) {
+      with_prefix(a.configs.empty() ? "--amp-level: " : "--configs: ", [&] { (void)parse_amp_level(level); });
+      (void)parse_low_dtype(dtype);
+    }
+    (void)parse_loss_scale(a.loss_scale);
+    if (a.mode != "both") with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
+  });
+  use_device(a.device);
+  check_writable(a.report, "--report");
+  DeviceRates rates;
+  nlohmann::json reports = nlohmann::json::array();
+  for (const std::string& m : models)
+    for (const auto& [level, dtype] : configs) {
+      BenchArgs one = a;
+      one.model = m;
+      one.amp_level = level;
+      one.dtype = dtype;
+      reports.push_back(run_one(one, rates));
+      std::fflush(stdout);
+    }
+  if (!a.report.empty())
+    write_file_replacing(a.report, (reports.size() == 1 ? reports[0] : reports).dump(2) + "\n", "--report");
   return 0;
 }
 
@@ -335,7 +436,11 @@ int run_bench(const BenchArgs& a) {
 Command register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Time one training step of a zoo model on synthetic data");
-  cmd->add_option("--model", a->model, "Network")->capture_default_str()->check(CLI::IsMember(nn::model_names()));
+  cmd->add_option("--model", a->model, "Network, a comma list of networks, or all (each timed in turn)")
+      ->capture_default_str();
+  cmd->add_option("--configs", a->configs,
+                  "LEVEL:DTYPE,... (e.g. O0,O2:f16,O2:bf16): each model in each, in turn (default: --amp-level, "
+                  "--dtype)");
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16|f16 (f16 is emulated: not faster)")->capture_default_str();
   cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")->capture_default_str();
