@@ -115,9 +115,8 @@ done
 log "the CUDA toolkit (without cuDNN and NCCL) and cuDNN in the wheel's layout"
 cp -al "$CUDA_SRC" "$root/usr/local/cuda-13.0"
 ln -s cuda-13.0 "$root/usr/local/cuda"
-rm -f "$root"/usr/local/cuda-13.0/lib/libcudnn* "$root"/usr/local/cuda-13.0/lib/libnccl* \
+rm -rf "$root"/usr/local/cuda-13.0/lib/libcudnn* "$root"/usr/local/cuda-13.0/lib/libnccl* \
   "$root"/usr/local/cuda-13.0/include/cudnn* "$root"/usr/local/cuda-13.0/include/nccl*
-rm -rf "$root"/usr/local/cuda-13.0/include/nccl_device
 site=$(in_root "/opt/venv/bin/python3 -c 'import site; print(site.getsitepackages()[0])'")
 wheel=$root$site/nvidia/cudnn
 mkdir -p "$wheel/include" "$wheel/lib"
