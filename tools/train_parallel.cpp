@@ -18,6 +18,10 @@ ParallelRun start_parallel(const TrainArgs& a) {
   if (!communication::launched_by_launcher()) return {};
   communication::init();
   ParallelRun p{true, communication::get_rank(), communication::get_group_size()};
+  // Before any other collective: a rank with other settings would wait forever in a collective
+  // the others never make, crash on unequal sizes, or train something else without a word.
+  comm::check_same_job(job_settings(a), "start every rank with the same options and MIXPREC_* environment; "
+                                        "with mpirun's A : B form, A and B must repeat them");
   set_auto_parallel_context({.parallel_mode = ParallelMode::DATA_PARALLEL,
                              .gradients_mean = true,
                              .grad_allreduce_dtype = a.grad_allreduce_dtype == "bf16" ? DType::bf16 : DType::f32,

@@ -1,4 +1,5 @@
-// Data parallel for `mixprec train` started by mpirun: joins the group, sets the parallel context
+// Data parallel for `mixprec train` started by mpirun: joins the group, checks that every rank
+// runs the same job (job_settings: any difference stops every rank, naming it), sets the parallel context
 // (gradients averaged, in the --grad-allreduce-dtype), gives each rank its share of the cores
 // unless --threads or OMP_NUM_THREADS chose, and silences stdout on ranks other than 0 (progress,
 // summary and report come from rank 0 alone; errors still reach stderr from any rank). Decisions
@@ -18,7 +19,8 @@ struct ParallelRun {
   int ranks = 1;
 };
 
-// Call first: joins the group when a launcher started this process (else does nothing).
+// Call first: joins the group when a launcher started this process (else does nothing) and checks
+// that every rank was given the same job (comm::RankMismatchError on every rank otherwise).
 ParallelRun start_parallel(const TrainArgs& a);
 // --device cuda under a launcher: rank r of this machine runs on cuda:r (an error when the machine
 // has fewer GPUs than ranks, or when cuda:N would put several ranks on one GPU).

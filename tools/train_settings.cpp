@@ -237,4 +237,44 @@ void check_same_settings(const io::Metadata& stored, const io::Metadata& now, co
   MIXPREC_ASSERT(now.size() == std::size(kSettings), "every recorded setting has a comparison rule");
 }
 
+namespace {
+// "N bytes" of a file, or "N bytes in K files" of a folder's regular files; "missing" otherwise.
+std::string data_size(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return std::to_string(fs::file_size(path, ec)) + " bytes";
+  if (!fs::is_directory(path, ec)) return "missing";
+  uintmax_t bytes = 0, files = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+    if (e.is_regular_file(ec)) bytes += e.file_size(ec), files += 1;
+  return std::to_string(bytes) + " bytes in " + std::to_string(files) + " files";
+}
+}  // namespace
+
+std::vector<comm::JobSetting> job_settings(const TrainArgs& a) {
+  const io::Metadata trajectory = trajectory_settings(a, 0);
+  std::vector<comm::JobSetting> out;
+  for (const SettingSpec& s : kSettings)
+    if (s.kind != Kind::note) out.push_back({s.flag, trajectory.at(s.key)});
+  std::string data = std::filesystem::path(a.data).lexically_normal().string();
+  if (data.size() > 1 && data.back() == '/') data.pop_back();  // "dir/" is "dir"
+  for (comm::JobSetting& s : out)
+    if (s.name == "--data") s.value = data;
+  const auto flag = [](bool on) { return std::string(on ? "given" : "not given"); };
+  out.insert(out.end(), {{"the size of --data", data_size(a.data)},
+                         {"--max-steps", std::to_string(a.max_steps)},
+                         {"--grad-bucket-mb", exact(a.grad_bucket_mb)},
+                         {"--no-grad-overlap", flag(!a.grad_overlap)},
+                         {"--check-ranks", std::to_string(a.check_ranks)},
+                         {"--no-eval", flag(a.no_eval)},
+                         {"--no-eval-every-epoch", flag(!a.eval_every_epoch)},
+                         {"--max-skip-rate", exact(a.max_skip_rate)},
+                         {"--check-numerics", flag(a.check_numerics)},
+                         {"--grad-stats", std::to_string(a.grad_stats_every)},
+                         {"--mode", a.mode},
+                         {"--device", a.device},
+                         {"--resume", a.resume.empty() ? "not given" : a.resume}});
+  return out;
+}
+
 }  // namespace mixprec::cli

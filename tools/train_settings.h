@@ -1,7 +1,8 @@
 // The settings of `mixprec train`: the parsed options, their validation (a nonsensical value is
 // refused before anything runs), and the settings that decide a run's trajectory, which every
 // checkpoint records and a --resume must match exactly (numbers compared as numbers, at full
-// precision), with a message naming the option, the stored value and the new one.
+// precision), with a message naming the option, the stored value and the new one; and the
+// settings every rank of a data-parallel run must share (job_settings).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mixprec/comm/collectives.h"
 #include "mixprec/data/dataset.h"
 #include "mixprec/io/safetensors.h"
 #include "train_common.h"
@@ -77,5 +79,11 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads);  // threads: 
 // Refuses a resume whose settings differ from the stored ones, naming the option and both values.
 // `threads` is informational: a different thread count only prints a note.
 void check_same_settings(const io::Metadata& stored, const io::Metadata& now, const std::string& resume);
+
+// What every rank of a data-parallel run must share, each named by its flag: the settings a
+// --resume compares (without --threads), the run's length, the data-parallel options, the
+// options that decide collective calls (--check-ranks, evaluation, --on-overflow, --resume) and
+// the data's identity ("--data" normalised, and its size in bytes). Outputs are rank 0's alone.
+std::vector<comm::JobSetting> job_settings(const TrainArgs& a);
 
 }  // namespace mixprec::cli

@@ -1,12 +1,15 @@
 // The parallel context (set_auto_parallel_context) and what needs no transport: recognising a
 // launcher from the environment, choosing a tensor's transport (MPI or NCCL, transport.h), and
-// the rank-consistency check built on all_gather. The MPI calls themselves are in mpi.cpp (or
-// single.cpp in a build without MPI), the NCCL ones in nccl.cpp.
+// the checks built on all_gather: the rank-consistency check (state) and the same-job check
+// (settings, whose text travels only when the digests differ). The MPI calls themselves are in
+// mpi.cpp (or single.cpp in a build without MPI), the NCCL ones in nccl.cpp.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 
 #include "comm/transport.h"
 #include "mixprec/comm/collectives.h"
@@ -115,6 +118,114 @@ void check_same_on_all_ranks(const std::vector<RankCheckEntry>& entries, const s
                           "data-parallel ranks must take identical decisions; a difference means a rank "
                           "reduced, skipped or updated on its own (a bug, or ranks built or configured differently)",
                           SourceLocation::current(), false);
+}
+
+// ---------------------------------------------------------------- same job on every rank
+
+namespace {
+
+// "<size>:<name><size>:<value>" per setting: any bytes survive, and the digest covers them all.
+std::string serialize(const std::vector<JobSetting>& settings) {
+  std::string out;
+  for (const auto& [name, value] : settings)
+    out += std::to_string(name.size()) + ':' + name + std::to_string(value.size()) + ':' + value;
+  return out;
+}
+
+std::vector<JobSetting> deserialize(std::string_view text) {
+  std::vector<JobSetting> out;
+  const auto field = [&] {
+    const size_t colon = text.find(':');
+    MIXPREC_ASSERT(colon != std::string_view::npos, "a serialized job setting has a length");
+    const size_t n = std::stoull(std::string(text.substr(0, colon)));
+    std::string f(text.substr(colon + 1, n));
+    text.remove_prefix(std::min(text.size(), colon + 1 + n));
+    return f;
+  };
+  while (!text.empty()) {
+    std::string name = field();
+    out.push_back({std::move(name), field()});
+  }
+  return out;
+}
+
+const JobSetting* find_setting(const std::vector<JobSetting>& settings, const std::string& name) {
+  for (const JobSetting& s : settings)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string shown(const std::string& value) { return value.empty() ? "''" : value; }
+
+}  // namespace
+
+std::vector<JobSetting> numerics_environment() {
+  std::vector<JobSetting> out;
+  for (const char* name :
+       {"MIXPREC_ISA", "MIXPREC_KERNEL_CHOICE", "MIXPREC_GRAPH_FUSE", "MIXPREC_DISABLE_KERNELS"}) {
+    const char* v = std::getenv(name);
+    out.push_back({name, v && *v ? v : "unset"});
+  }
+  return out;
+}
+
+std::optional<std::string> describe_job_difference(int a, const std::vector<JobSetting>& a_settings,
+                                                   int b,
+                                                   const std::vector<JobSetting>& b_settings) {
+  std::string first;
+  std::vector<std::string> others;
+  const auto differs = [&](const JobSetting* x, const JobSetting* y, const std::string& name) {
+    if (!first.empty()) return others.push_back(name);
+    // "rank 1's --lr is 0.02, rank 0's is 0.01"; a side without the setting "has no" / "has none".
+    const std::string rb = "rank " + std::to_string(b), ra = "rank " + std::to_string(a);
+    first = (y ? rb + "'s " + name + " is " + shown(y->value) : rb + " has no " + name) + ", " +
+            (x ? ra + "'s is " + shown(x->value) : ra + " has none");
+  };
+  for (const JobSetting& x : a_settings)
+    if (const JobSetting* y = find_setting(b_settings, x.name); !y || y->value != x.value)
+      differs(&x, y, x.name);
+  for (const JobSetting& y : b_settings)
+    if (!find_setting(a_settings, y.name)) differs(nullptr, &y, y.name);
+  if (first.empty()) return std::nullopt;
+  std::string text = first + ": every rank must run the same job";
+  if (!others.empty()) {
+    constexpr size_t kListed = 8;
+    text += " (also different:";
+    for (size_t i = 0; i < std::min(others.size(), kListed); ++i)
+      text += (i ? ", " : " ") + others[i];
+    if (others.size() > kListed)
+      text += " and " + std::to_string(others.size() - kListed) + " more";
+    text += ")";
+  }
+  return text;
+}
+
+void check_same_job(const std::vector<JobSetting>& settings, const std::string& hint) {
+  std::vector<JobSetting> all = settings;
+  for (JobSetting& s : numerics_environment()) all.push_back(std::move(s));
+  const std::string mine = serialize(all);
+  const uint64_t digest = hash_bytes(mine.data(), mine.size());
+  const std::vector<uint64_t> digests = all_gather({&digest, 1});
+  std::vector<int> differ;
+  for (size_t r = 1; r < digests.size(); ++r)
+    if (digests[r] != digests[0]) differ.push_back(static_cast<int>(r));
+  if (differ.empty()) return;
+  // Every rank knows `differ`, so every rank makes the same broadcasts and builds the same message.
+  std::string zero = mine;
+  broadcast(zero, 0);
+  const std::vector<JobSetting> base = deserialize(zero);
+  for (int r : differ) {
+    std::string theirs = mine;
+    broadcast(theirs, r);
+    const std::optional<std::string> text =
+        describe_job_difference(0, base, r, deserialize(theirs));
+    if (!text) continue;  // the same settings in another order
+    std::string ranks;
+    for (int d : differ) ranks += (ranks.empty() ? "" : ", ") + std::to_string(d);
+    throw RankMismatchError(
+        *text + (differ.size() > 1 ? "; ranks " + ranks + " differ from rank 0" : std::string()),
+        hint, SourceLocation::current(), false);
+  }
 }
 
 }  // namespace comm

@@ -4,12 +4,15 @@
 // dtype. Chunks are independent, so the result does not depend on the thread count. On a GPU the
 // buckets live on the parameters' device and packing is ops queued there (widen, scale, one
 // rounding into the bucket's dtype); its finite check is the caller's, on the device (the
-// device train step), as a host flag would wait for the GPU.
+// device train step), as a host flag would wait for the GPU. The constructor first checks that
+// every rank built the same buckets (comm::check_same_job), so a mismatch is an error naming what
+// differs, never an all-reduce of unequal sizes.
 #include "mixprec/nn/distributed.h"
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <charconv>
 #include <cstring>
 
 #include "mixprec/comm/communication.h"
@@ -69,7 +72,38 @@ void pack_on_device(Tensor dst, const Tensor& grad, float mul) {
   dst.copy_(ops::mul(flat.astype(DType::f32), static_cast<double>(mul)));
 }
 
+// The shortest decimal that reads back as `v`.
+std::string exact(double v) {
+  char buf[32];
+  return {buf, std::to_chars(buf, buf + sizeof buf, v).ptr};
+}
+
 }  // namespace
+
+std::vector<comm::JobSetting> DistributedGradReducer::layout_settings() const {
+  const AutoParallelContext& ctx = get_auto_parallel_context();
+  std::string shapes, buckets;
+  int64_t values = 0;
+  for (const Tensor& p : params_) {
+    shapes += (shapes.empty() ? "" : ", ") + shape_str(p.shape()) + " " +
+              std::string(dtype_name(p.dtype()));
+    values += p.numel();
+  }
+  for (const Bucket& b : buckets_) {
+    if (!buckets.empty()) buckets += ',';
+    buckets += std::to_string(b.numel);
+  }
+  return {{"parameters",
+           std::to_string(params_.size()) + " tensors of " + std::to_string(values) + " values"},
+          {"parameter shapes", shapes},
+          {"grad_allreduce_dtype", std::string(dtype_name(dtype_))},
+          {"bucket_cap_mb", exact(ctx.bucket_cap_mb)},
+          {"first_bucket_mb", exact(ctx.first_bucket_mb)},
+          {"gradient buckets", std::to_string(buckets_.size()) + " of " + buckets + " values"},
+          {"gradients_mean", mean_ ? "true" : "false"},
+          {"mean degree", std::to_string(degree_)},
+          {"overlap_grad_reduce", overlap_ ? "true" : "false"}};
+}
 
 DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters, std::optional<bool> mean,
                                                std::optional<int> degree)
@@ -99,6 +133,10 @@ DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters, s
   for (const Bucket& b : buckets_) total += b.numel;
   stats_.buckets = static_cast<int>(buckets_.size());
   stats_.bytes_per_reduction = total * esize;
+  // Before the first collective whose sizes the layout decides (the broadcast, then every bucket).
+  comm::check_same_job(layout_settings(),
+                       "build the same model with the same parallel context "
+                       "(set_auto_parallel_context) and environment on every rank");
   NoGradGuard ng;
   for (const Tensor& p : params_) comm::broadcast(p.detach());
 }

@@ -7,7 +7,7 @@
 #   four   4 ranks (oversubscribed), bf16 all-reduce, --check-ranks 1.
 #   kill   kill -9 of rank 1 ends the job within 60 s with mpirun's message; the last checkpoint
 #          loads and resumes.
-#   throw  rank 1 reads a damaged dataset: the job ends within 60 s with rank 1's message.
+#   throw  rank 1 reads a damaged copy of the dataset: the job ends within 60 s with rank 1's message.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 MPIRUN=("$2" --allow-run-as-root --oversubscribe)
@@ -88,16 +88,19 @@ kill)
   grep -q "resuming from .* (step $step)" "$dir/out" || fail "resume output: $(cat "$dir/out")"
   ;;
 throw)
-  mkdir -p "$dir/bad"
-  cp "$dir/data/"* "$dir/bad/"
-  head -c 1000 "$dir/data/train-images-idx3-ubyte" > "$dir/bad/train-images-idx3-ubyte"  # truncated
+  # Each rank reads "data" in its own working directory: the same job (path and size agree), but
+  # rank 1's copy has a damaged header, which only its loader sees.
+  mkdir -p "$dir/r0" "$dir/r1"
+  cp -r "$dir/data" "$dir/r0/data"
+  cp -r "$dir/data" "$dir/r1/data"
+  printf '\x00\x00\x08\x07' | dd of="$dir/r1/data/train-images-idx3-ubyte" bs=1 conv=notrunc 2> /dev/null
   start=$(date +%s)
-  timeout 60 "${MPIRUN[@]}" -np 1 "$M" "${common[@]}" --data "$dir/data" --batch-size 32 --epochs 1 : -np 1 "$M" "${common[@]}" --batch-size 32 --epochs 1 \
-    --data "$dir/bad" > "$dir/out" 2> "$dir/err"
+  timeout 60 "${MPIRUN[@]}" -np 1 --wdir "$dir/r0" "$M" "${common[@]}" --data data --batch-size 32 --epochs 1 \
+    : -np 1 --wdir "$dir/r1" "$M" "${common[@]}" --data data --batch-size 32 --epochs 1 > "$dir/out" 2> "$dir/err"
   rc=$?
   [ "$rc" != 0 ] || fail "the job succeeded with a damaged dataset on rank 1"
   [ "$rc" != 124 ] || fail "the job hung: $(cat "$dir/err")"
-  grep -q "mixprec: error (rank 1 of 2): .*$dir/bad/train-images-idx3-ubyte" "$dir/err" \
+  grep -q "mixprec: error (rank 1 of 2): .*data/train-images-idx3-ubyte: field 'number of dims'" "$dir/err" \
     || fail "no message from rank 1 naming the file: $(cat "$dir/err")"
   echo "ended in $(($(date +%s) - start)) s"
   ;;

@@ -1,7 +1,8 @@
 // The collectives the layers above use (MPI underneath; a group of one does no communication):
 // blocking all-reduces of small host arrays (sum, max), in-place all-reduce and broadcast of
 // tensors, a non-blocking in-place sum of a gradient bucket (f32, or bf16 through a user-defined
-// MPI operation that adds in f32), and the rank-consistency check behind --check-ranks. Every
+// MPI operation that adds in f32), the rank-consistency check behind --check-ranks, and the
+// same-job check that data-parallel start-up runs (check_same_job). Every
 // function is collective: all ranks of the group call it, in the same order.
 // Tensors on a CUDA device go through NCCL instead (one GPU per rank; a build without NCCL
 // throws): queued on the device's compute stream, so the host never waits, and complete for
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -78,5 +80,33 @@ class RankMismatchError : public Error {
 // RankMismatchError naming the first entry that differs, the ranks that differ from rank 0, the
 // values when it is a number, and how many entries differ in all. `when` says where ("step 20").
 void check_same_on_all_ranks(const std::vector<RankCheckEntry>& entries, const std::string& when);
+
+// ---------------------------------------------------------------- same job on every rank
+
+// One setting every rank of a data-parallel job must share: its name as the user spells it
+// ("--batch-size", "MIXPREC_ISA") and its value as text, written the same way on every rank.
+struct JobSetting {
+  std::string name;
+  std::string value;
+};
+
+// The environment switches that change numerics or the kernels that run (MIXPREC_ISA,
+// MIXPREC_KERNEL_CHOICE, MIXPREC_GRAPH_FUSE, MIXPREC_DISABLE_KERNELS), as this process sees them
+// ("unset" when unset or empty).
+std::vector<JobSetting> numerics_environment();
+
+// rank `b`'s settings against rank `a`'s, compared by name: nullopt when they are the same, else
+// the first difference in `a`'s order ("rank 1's --batch-size is 32, rank 0's is 64"; a name only
+// one side has counts as a difference), followed by the other differing names when there are any.
+std::optional<std::string> describe_job_difference(int a, const std::vector<JobSetting>& a_settings,
+                                                   int b,
+                                                   const std::vector<JobSetting>& b_settings);
+
+// Collective: compares `settings` plus numerics_environment() across the ranks and, when any rank
+// differs from rank 0, throws RankMismatchError on every rank alike, naming the first differing
+// setting with both ranks' values, the other differing settings and ranks, and `hint`. Cheap: one
+// all-gather of a 64-bit digest per rank; the settings themselves travel only when digests differ.
+// Call it before any collective whose sizes or count the settings decide.
+void check_same_job(const std::vector<JobSetting>& settings, const std::string& hint);
 
 }  // namespace mixprec::comm

@@ -37,7 +37,9 @@ class DistributedGradReducer {
   // parameters: those the gradients belong to (optimizer.parameters()). mean: average instead of
   // sum (default: the context's gradients_mean); degree: the divisor of the mean (default: the
   // group size). Bucket sizes, the all-reduce dtype and overlap come from the parallel context.
-  // Broadcasts the parameters from rank 0, so every rank starts from the same weights.
+  // Checks that every rank has the same parameters, bucket layout and context
+  // (comm::check_same_job: RankMismatchError on every rank otherwise), then broadcasts the
+  // parameters from rank 0, so every rank starts from the same weights.
   explicit DistributedGradReducer(std::vector<Tensor> parameters, std::optional<bool> mean = std::nullopt,
                                   std::optional<int> degree = std::nullopt);
   DistributedGradReducer(const DistributedGradReducer&) = delete;
@@ -72,6 +74,8 @@ class DistributedGradReducer {
   void pack(size_t index, const Tensor& grad);
   void start_ready_buckets();
   void poll();
+  // What every rank must agree on before the first collective: parameters, buckets, context.
+  std::vector<comm::JobSetting> layout_settings() const;
 
   std::vector<Tensor> params_;
   bool mean_;
