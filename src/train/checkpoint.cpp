@@ -9,6 +9,8 @@
 #include <optional>
 #include <type_traits>
 
+#include <nlohmann/json.hpp>
+
 #include "mixprec/amp/loss_scale.h"
 #include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
@@ -16,6 +18,7 @@
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/rng.h"
 #include "mixprec/version.h"
+#include "ops/kernel_choice.h"
 
 namespace mixprec::train {
 namespace {
@@ -116,6 +119,11 @@ void save_training_state(const std::filesystem::path& path, Model& model, const 
     m["loss_scale_total_overflows"] = std::to_string(s.total_overflows);
     m["loss_scale_manager"] = lsm->description();
   }
+  // The kernels measured (or pinned) for this run: a resumed run uses the same ones, whatever its
+  // machine's cache holds by then, so that it stays bit-identical to a run that never stopped.
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& [sig, c] : ops::choice::used()) kernels[sig] = c.kernel;
+  if (!kernels.empty()) m["kernel_choices"] = kernels.dump();
   io::write_safetensors(path, tensors, m);
 }
 
@@ -156,6 +164,18 @@ SavedScalars read_scalars(const io::Metadata& m, const std::string& file, const 
   return v;
 }
 
+// The "kernel_choices" metadata field: a JSON object of signature -> kernel name.
+std::map<std::string, std::string> saved_kernel_choices(const std::string& text, const std::string& file) {
+  std::map<std::string, std::string> out;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    for (const auto& [sig, k] : j.items()) out[sig] = k.get<std::string>();
+  } catch (const std::exception& e) {
+    MIXPREC_CHECK(false, file, ": metadata 'kernel_choices' is not a JSON object of kernel names (", e.what(), ")");
+  }
+  return out;
+}
+
 }  // namespace
 
 ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) {
@@ -177,6 +197,9 @@ ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) 
   const std::string& saved_opt = field_text(m, "optimizer", file);
   MIXPREC_CHECK(saved_opt == opt.name(), file, ": saved with optimizer ", saved_opt, " but the Model's is ", opt.name());
   const SavedScalars v = read_scalars(m, file, step.loss_scale_manager());
+  const auto kc = m.find("kernel_choices");
+  const std::map<std::string, std::string> pins =
+      kc == m.end() ? std::map<std::string, std::string>{} : saved_kernel_choices(kc->second, file);
   // The global batch, and with it the trajectory and the data position, depend on the number of
   // ranks: a run continues with the number it was saved with.
   const int64_t saved_ranks = m.count("data_parallel_ranks") ? get_count(m, "data_parallel_ranks", file) : 1;
@@ -209,6 +232,7 @@ ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) 
   opt.refresh_working_copies();
   if (v.scaler) step.loss_scale_manager()->set_state(*v.scaler);
   step.set_counters(v.attempted, v.skipped);
+  ops::choice::pin(pins);
   default_generator().set_state(v.rng_seed, v.rng_offset);
   model.set_position(v.info.epoch, v.info.batch, v.info.global_step);
   return v.info;

@@ -6,9 +6,13 @@
 
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
+#include "ops/kernel_choice.h"
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  // The fixed kernel order, as in the unit tests: the one-process runs the equivalence tests
+  // compare against must run the kernels of the data-parallel runs (which always keep that order).
+  const mixprec::ops::KernelChoiceScope fixed_kernels(mixprec::ops::KernelChoice::first);
   mixprec::communication::init();
   if (mixprec::communication::get_rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -9,6 +9,7 @@
 
 #include "mixprec/mixprec.h"
 #include "mixprec/train/checkpoint.h"
+#include "ops/kernel_choice.h"
 #include "test_util.h"
 
 namespace mixprec {
@@ -88,6 +89,29 @@ TEST(Resume, HalfStepsSaveLoadHalfStepsIsBitIdentical) {
       EXPECT_GT(straight.skipped, 0) << "f16 with a 2^16 start overflows at first";
     }
   }
+}
+
+TEST(Resume, BitIdenticalWithMeasuredKernelsEvenWhenTheCacheIsDeleted) {
+  // The checkpoint records the kernels its run measured; the resumed run, with an empty cache,
+  // pins them instead of measuring again (a new measurement could choose another kernel).
+  const auto dir = std::filesystem::temp_directory_path() / ("mixprec_resume_kc_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ::setenv("MIXPREC_CACHE_DIR", (dir / "cache").c_str(), 1);
+  ops::KernelChoiceScope measure(ops::KernelChoice::measure);
+  ops::choice::reset_for_testing();
+  const RunResult straight = train("convnet-bn", "O2", 24, "", "");
+  ASSERT_GE(ops::choice::measurements(), 1) << "nothing was measured: the test proves nothing";
+  const auto ckpt = (dir / "kc.safetensors").string();
+  (void)train("convnet-bn", "O2", 13, ckpt, "");
+  std::filesystem::remove_all(dir / "cache");
+  ops::choice::reset_for_testing();  // a new process, its cache gone
+  const RunResult resumed = train("convnet-bn", "O2", 24, "", ckpt);
+  EXPECT_EQ(ops::choice::measurements(), 0) << "the resumed run measured instead of using the checkpoint's kernels";
+  EXPECT_EQ(straight.state, resumed.state);
+  EXPECT_EQ(straight.scale, resumed.scale);
+  ops::choice::reset_for_testing();
+  ::unsetenv("MIXPREC_CACHE_DIR");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Resume, RefusesMismatchedRunsWithClearErrors) {
