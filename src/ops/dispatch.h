@@ -243,7 +243,11 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
   std::optional<P> trial;
   if (candidates.size() > 1) trial = with_fresh_writes(p);
   if (!trial) {
-    choice::store(sig, {std::string(first->name), {}});  // nothing to time: remember, don't save
+    // Nothing to time: remember, don't save. (A named Choice, not a braced argument: nvcc's
+    // front end turns `{std::string(...), {}}` here into code g++ rejects in the .cu files.)
+    choice::Choice only;
+    only.kernel = first->name;
+    choice::store(sig, only);
     return first;
   }
   CapturePause pause;
