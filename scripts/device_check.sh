@@ -19,7 +19,9 @@
 # Each stage gets what is left of the budget (keeping a floor for the stages after it);
 # summary.json is rewritten (atomically) when each stage starts and ends, so a killed run leaves
 # a valid summary naming the stage it was in. The first failing stage stops the run and is named
-# on the last line and in summary.json. Everything lands under $OUT (JSON, log.txt).
+# on the last line and in summary.json. Under $OUT: summary.json, log.txt, cuda_tests.json,
+# bench.json, train.json, torch.json (6 files: the tool brings back 8 at most); the full
+# configure, build and test outputs stay in <build dir>-logs/ (their failing lines are in log.txt).
 #
 # From the device tool: run(command="bash scripts/device_check.sh", carry=[".device-deps"],
 # timeout_s=540), after `bash scripts/device_deps.sh` here.
@@ -63,7 +65,13 @@ if [ -n "$STOP_AFTER" ] && [[ " ${ALL_STAGES[*]} " != *" $STOP_AFTER "* ]]; then
 fi
 
 OUT=${OUT:-$ROOT/device-out}
-mkdir -p "$OUT"
+# Long outputs (configure, build, tests) go beside the build, not into $OUT: the device tool
+# brings back at most 8 files of it (summary.json, log.txt and the JSON reports).
+case $BUILD in
+  /*) LOGS=$BUILD-logs ;;
+  *) LOGS=$ROOT/$BUILD-logs ;;
+esac
+mkdir -p "$OUT" "$LOGS"
 exec > >(tee "$OUT/log.txt") 2>&1
 exec 3>&1  # the log, for the lines of `limited` while a stage's own output goes to a file
 t0=$SECONDS
@@ -191,8 +199,7 @@ for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/li
 # the driver and the GPU
 if command -v nvidia-smi > /dev/null && gpu=$(timeout 5 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>&1); then
   have gpu "$gpu"
-  echo "$gpu" > "$OUT/gpu.txt"
-elif [ "$DRY" = 1 ]; then
+  elif [ "$DRY" = 1 ]; then
   note gpu "none (dry run: expected; the run stops at the first GPU call)"
 else
   lack gpu "nvidia-smi: no driver or GPU visible (${gpu:-no nvidia-smi})"
@@ -341,33 +348,37 @@ limited 90 135 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXP
   -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXPREC_WITH_ONEDNN=OFF \
   -DMIXPREC_WITH_MPI=OFF -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_PYTHON=OFF \
   -DCMAKE_LIBRARY_PATH="$SHIM" -DZLIB_LIBRARY="$SHIM/libz.so" -DZLIB_INCLUDE_DIR="$zlib_h" \
-  ${CUDNN_ROOT_FOUND:+-DCUDNN_ROOT="$CUDNN_ROOT_FOUND"} > "$OUT/configure.txt" 2>&1 \
-  || { tail -30 "$OUT/configure.txt"; fail "cmake configure (see configure.txt)"; }
-grep -E "cuDNN:|CUDA compiler identification" "$OUT/configure.txt" | sed 's/^/device_check:   /'
+  ${CUDNN_ROOT_FOUND:+-DCUDNN_ROOT="$CUDNN_ROOT_FOUND"} > "$LOGS/configure.txt" 2>&1 \
+  || { tail -30 "$LOGS/configure.txt"; fail "cmake configure (the lines above; all of it in $LOGS/configure.txt)"; }
+grep -E "cuDNN:|CUDA compiler identification" "$LOGS/configure.txt" | sed 's/^/device_check:   /'
 passed
 
 # ---------------------------------------------------------------- build
 start build
-limited 360 75 cmake --build "$BUILD" -j "$JOBS" --target mixprec mixprec_cli cuda_test > "$OUT/build.txt" 2>&1 \
-  || { grep -E -m 20 "error|FAILED" "$OUT/build.txt"; tail -5 "$OUT/build.txt"; fail "build (see build.txt)"; }
+limited 360 75 cmake --build "$BUILD" -j "$JOBS" --target mixprec mixprec_cli cuda_test > "$LOGS/build.txt" 2>&1 \
+  || { grep -E -m 20 "error|FAILED" "$LOGS/build.txt"; tail -5 "$LOGS/build.txt"; fail "build (the lines above; all of it in $LOGS/build.txt)"; }
+# The slowest build steps (ninja's log: start and end in ms), for planning the next run's budget.
+awk -F'\t' '!/^#/ {printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4}' "$BUILD/.ninja_log" 2> /dev/null | sort -rn | head -5 \
+  | sed 's/^/device_check:   slowest: /'
 M="$BUILD/tools/mixprec"
-passed "$(grep -c '^\[' "$OUT/build.txt") build steps"
+passed "$(grep -c '^\[' "$LOGS/build.txt") build steps"
 
 # ---------------------------------------------------------------- cuda_tests (the first GPU call)
 start cuda_tests
 rc=0
-limited 90 60 "$BUILD/tests/cuda_test" --gtest_output="json:$OUT/cuda_tests.json" > "$OUT/cuda_tests.txt" 2>&1 || rc=$?
-tail -3 "$OUT/cuda_tests.txt"
+limited 90 60 "$BUILD/tests/cuda_test" --gtest_output="json:$OUT/cuda_tests.json" > "$LOGS/cuda_tests.txt" 2>&1 || rc=$?
+grep -E "FAILED|no CUDA device" "$LOGS/cuda_tests.txt" | head -20
+tail -3 "$LOGS/cuda_tests.txt"
 if [ "$DRY" = 1 ]; then
   if [ $rc -eq 77 ]; then
-    line=$(grep -m1 -i "no CUDA device" "$OUT/cuda_tests.txt")
+    line=$(grep -m1 -i "no CUDA device" "$LOGS/cuda_tests.txt")
     record "stopped at the first GPU call" "$line"
     for s in bench train torch; do skipped "$s" "dry run"; done
     write_summary "dry run: passed preflight, configure and build; stopped at the first GPU call" ""
     echo "device_check: dry run: stopped cleanly at the first GPU call (cuda_tests: $line) after $((SECONDS - t0)) s"
     exit 0
   fi
-  [ $rc -eq 0 ] || fail "dry run: the CUDA tests exited $rc, not 77 (no GPU) or 0 (see cuda_tests.txt)"
+  [ $rc -eq 0 ] || fail "dry run: the CUDA tests exited $rc, not 77 (no GPU) or 0 ($LOGS/cuda_tests.txt)"
   passed "a GPU was visible"
   for s in bench train torch; do skipped "$s" "dry run"; done
   write_summary "dry run: passed" ""
@@ -376,7 +387,7 @@ if [ "$DRY" = 1 ]; then
 fi
 [ $rc -eq 77 ] && fail "the CUDA tests did not run: no CUDA device visible to the process"
 [ $rc -eq 0 ] || fail "CUDA tests failed (exit $rc; see cuda_tests.json)"
-passed "$(grep -o '\[  PASSED  \] [0-9]* tests' "$OUT/cuda_tests.txt")"
+passed "$(grep -o '\[  PASSED  \] [0-9]* tests' "$LOGS/cuda_tests.txt")"
 
 # ---------------------------------------------------------------- bench (one process)
 start bench
