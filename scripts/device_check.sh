@@ -145,6 +145,7 @@ trap on_signal TERM INT HUP
 limited() {  # cap reserve command...
   local cap=$1 reserve=$2
   shift 2
+  ((BUDGET > 480)) && cap=$((cap * BUDGET / 480))  # caps are for the default budget: a larger one (a slower machine) scales them
   local limit=$(($(left) - reserve))
   ((limit > cap)) && limit=$cap
   if ((limit < 1)); then
