@@ -120,7 +120,7 @@ void bind_loss_scale(Modules& m) {
            "inputs"_a)
       .def("unscale", [](const amp::LossScaler& s, py::object x) { return per_tensor(x, [&](const Tensor& t) { return s.unscale(t); }); },
            "inputs"_a)
-      .def("adjust", [](amp::LossScaler& s, py::object finite) { s.adjust(finite_arg(finite)); return true; }, "grads_finite"_a)
+      .def("adjust", [](amp::LossScaler& s, py::object finite) { return s.adjust(finite_arg(finite)); }, "grads_finite"_a)
       .def_property_readonly("scale_value", &amp::LossScaler::scale_value);
   py::class_<amp::StaticLossScaler, amp::LossScaler>(m.amp, "StaticLossScaler").def(py::init<double>(), "scale_value"_a);
   py::class_<amp::DynamicLossScaler, amp::LossScaler>(m.amp, "DynamicLossScaler")
@@ -195,7 +195,7 @@ py::tuple as_tuple(const std::vector<Tensor>& v, size_t begin, size_t end) {
 }
 
 // Runs fn(*args) with grad on and returns (fn's output, gradients shaped as MindSpore returns
-// them: one Tensor for an int grad_position, a tuple for a tuple, (inputs, weights) for both).
+// them: one Tensor for an int grad_position or a 1-tuple, a tuple for a longer tuple, (inputs, weights) for both).
 py::tuple call_and_differentiate(const py::function& fn, const py::args& args, const py::object& grad_position,
                                  const std::vector<Tensor>& weights, bool has_aux) {
   const std::vector<int> positions = positions_arg(grad_position);
@@ -214,7 +214,8 @@ py::tuple call_and_differentiate(const py::function& fn, const py::args& args, c
     r = detail::differentiate(std::move(values), positions, inputs, args.size(), weights, {.has_aux = has_aux});
   }
   const size_t np = positions.size();
-  py::object input_grads = py::isinstance<py::int_>(grad_position) ? py::cast(r.grads[0]) : py::object(as_tuple(r.grads, 0, np));
+  // One position, an int or a 1-tuple, gives one Tensor (MindSpore unwraps (i,) too).
+  py::object input_grads = np == 1 ? py::cast(r.grads[0]) : py::object(as_tuple(r.grads, 0, np));
   py::object weight_grads = as_tuple(r.grads, np, r.grads.size());
   py::object grads = np == 0 ? weight_grads : weights.empty() ? input_grads : py::make_tuple(input_grads, weight_grads);
   return py::make_tuple(out, grads);

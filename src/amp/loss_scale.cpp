@@ -139,17 +139,19 @@ DynamicLossScaler::DynamicLossScaler(double s, double factor, int64_t window)
   MIXPREC_CHECK(window >= 1, "DynamicLossScaler: scale_window must be >= 1, got ", window);
 }
 
-void DynamicLossScaler::adjust(bool finite) {
+bool DynamicLossScaler::adjust(bool finite) {
   if (finite) {
     if (counter_ == window_ - 1) {
+      // Only while finite in f32, as the manager (MindSpore: isfinite of a float32 Parameter).
       const double grown = scale_ * factor_;
-      if (std::isfinite(grown)) scale_ = grown;
+      if (grown <= kMaxLossScale) scale_ = grown;
     }
     counter_ = (counter_ + 1) % window_;
   } else {
     scale_ = std::max(1.0, scale_ / factor_);
     counter_ = 0;
   }
+  return true;
 }
 
 }  // namespace mixprec::amp

@@ -152,16 +152,6 @@ DIFFERENCES = [
              "keep_batchnorm_fp32, boost_config_dict, acc_level); mixprec's Model accepts it (it is how a Model "
              "user picks float16)."),
     # ---------------------------------------------------------------- mixprec should change (bugs)
-    dict(id="scaler-grows-past-f32", program="p11_*", keys=["huge.growth_stops_at_finite"],
-         mindspore=[1.70141e38, 1.70141e38], mixprec=[3.40282e38, 6.80565e38],
-         why="BUG in mixprec: DynamicLossScaler.adjust grows scale_value past float32's largest value (6.8e38 "
-             "after two clean windows from 2^127), a scale no float32 tensor can hold; MindSpore (and mixprec's "
-             "own DynamicLossScaleManager) grow only while scale*factor is finite in float32. Fix "
-             "(src/amp/loss_scale.cpp): the same f32-finite check in the scaler's adjust."),
-    dict(id="static-adjust-returns", program="p10_*", keys=["adjust.true", "adjust.false"], mindspore=False,
-         mixprec=True,
-         why="StaticLossScaler.adjust returns False in MindSpore (the scale never changes) and True in mixprec. "
-             "Fix (python/src/train.cpp): return False for a static scaler."),
     dict(id="scaler-return-kinds", program="p10_*", keys=["list.kind", "scale_value.kind"],
          why="scaler.scale([a, b]) returns a tuple in mixprec and a list in MindSpore; scale_value is a Python "
              "float in mixprec and a float32 Parameter in MindSpore (scale_value.asnumpy() fails in mixprec). "
@@ -169,8 +159,4 @@ DIFFERENCES = [
     dict(id="scaler-return-kinds", program="p12_*", keys=["return_kind"], mindspore="Tensor", mixprec="bool",
          why="amp.all_finite returns a Python bool in mixprec (docs/python.md) and a bool Tensor in MindSpore; "
              "`if all_finite(g)` and adjust(all_finite(g)) work with both."),
-    dict(id="grad-position-1-tuple", program="p13_*", keys=["pos_tuple1.grad*", "both_tuple.grad[[]0[]]*"],
-         why="value_and_grad(grad_position=(i,)): MindSpore returns that one gradient as a Tensor, mixprec a "
-             "1-tuple (for (0, 1) both return a 2-tuple). Fix (python/src/train.cpp, call_and_differentiate): "
-             "unwrap a one-element position tuple as MindSpore does."),
 ]

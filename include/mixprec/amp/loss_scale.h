@@ -149,8 +149,9 @@ class LossScaler {
   std::vector<Tensor> unscale(const std::vector<Tensor>& grads) const;
   // Same, in place and fused with the finite check; returns all_finite.
   bool unscale_(const std::vector<Tensor>& grads) const;
-  // Adapts the scale after a step (no-op for the static scaler).
-  virtual void adjust(bool grads_finite) = 0;
+  // Adapts the scale after a step. Returns whether the scaler adapts its scale at all, as
+  // MindSpore's adjust does: true for the dynamic scaler, false for the static one (a no-op).
+  virtual bool adjust(bool grads_finite) = 0;
   double scale_value() const { return scale_; }
   void set_scale_value(double s) { scale_ = s; }
 
@@ -165,15 +166,16 @@ class LossScaler {
 class StaticLossScaler : public LossScaler {
  public:
   explicit StaticLossScaler(double scale_value);
-  void adjust(bool) override {}
+  bool adjust(bool) override { return false; }
 };
 
 // MindSpore's amp.DynamicLossScaler: adjust(finite) grows the scale by scale_factor after
-// scale_window clean steps (if finite) and on overflow divides it (floor 1).
+// scale_window clean steps (if the result is finite in f32: at most kMaxLossScale, as
+// DynamicLossScaleManager) and on overflow divides it (floor 1). adjust returns true.
 class DynamicLossScaler : public LossScaler {
  public:
   DynamicLossScaler(double scale_value, double scale_factor, int64_t scale_window);
-  void adjust(bool grads_finite) override;
+  bool adjust(bool grads_finite) override;
   int64_t counter() const { return counter_; }
   void set_counter(int64_t c) { counter_ = c; }
 
