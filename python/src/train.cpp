@@ -146,6 +146,15 @@ void bind_amp(Modules& m) {
                                 dtype.value_or(amp::default_low_dtype()));
     return network;
   }, "network"_a, "white_list"_a = py::none(), "black_list"_a = py::none(), "dtype"_a = py::none());
+  m.amp.def("set_undone_cast_warnings", &nn::set_undone_cast_warnings, "enabled"_a,
+            "Print (True, the default) or not the warning for an explicit cast undone at a cell boundary.");
+  m.amp.def("undone_casts", [] {
+    py::list out;  // each reported undone cast: the cell's path and class, the level, the two dtypes
+    for (const nn::UndoneCast& u : nn::undone_casts())
+      out.append(py::dict("path"_a = u.path, "cell_class"_a = u.cell_class, "level"_a = u.level,
+                          "user_dtype"_a = u.user_dtype, "cell_dtype"_a = u.cell_dtype, "message"_a = u.message));
+    return out;
+  });
   m.amp.def("get_white_list", &amp::get_white_list);
   m.amp.def("get_black_list", &amp::get_black_list);
   py::class_<amp::TrainOneStepCell, Cell, std::shared_ptr<amp::TrainOneStepCell>>(m.amp, "TrainOneStepCell")

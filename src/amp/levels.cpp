@@ -99,6 +99,7 @@ void auto_mixed_precision(nn::Cell& network, Level level, DType dtype, std::opti
   config.cache = std::make_shared<CastCache>();
   config.state.cache = config.cache.get();
   config.cast_output_to_fp32 = level != Level::auto_;
+  config.level = std::string(amp_level_name(level));
   network.set_amp_config(std::move(config));
   nn::bump_config_generation();
 }
@@ -171,6 +172,7 @@ void custom_mixed_precision(nn::Cell& network, const CustomLists& lists, DType d
   config.cache = std::make_shared<CastCache>();
   config.state.cache = config.cache.get();
   config.cast_output_to_fp32 = true;
+  config.level = lists.white_list.empty() ? "custom_mixed_precision(black_list)" : "custom_mixed_precision(white_list)";
   auto& ov = config.state.policy_override;
   if (!lists.white_list.empty()) {
     for (const OpInfo& info : kOps) ov[static_cast<size_t>(info.id)] = AmpPolicy::keep;

@@ -3,9 +3,12 @@
 #include "mixprec/nn/cell.h"
 
 #include <atomic>
+#include <cstdio>
+#include <mutex>
 #include <set>
 
 #include "mixprec/cuda.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 #include "mixprec/nn/config_generation.h"
 #include "ops/cast_cache.h"
@@ -25,9 +28,107 @@ Tensor Cell::construct(const Tensor&, const Tensor&) {
   return {};
 }
 
-template <class Fn>
-Tensor Cell::call(Fn&& fn) {
+// ---------------------------------------------------------------- undone casts (cell.h)
+
+namespace {
+thread_local int t_call_depth = 0;              // cell calls running on this thread
+thread_local const AmpConfig* t_amp = nullptr;  // the innermost AMP configuration running
+std::mutex g_undone_mutex;
+std::vector<UndoneCast> g_undone;    // guarded by g_undone_mutex
+std::optional<bool> g_undone_print;  // set_undone_cast_warnings; else the env switch
+
+struct DepthScope {
+  DepthScope() { ++t_call_depth; }
+  ~DepthScope() { --t_call_depth; }
+};
+
+std::string python_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return "float32";
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::f64: return "float64";
+    default: return std::string(dtype_name(d));
+  }
+}
+}  // namespace
+
+void set_undone_cast_warnings(bool print) {
+  std::lock_guard lock(g_undone_mutex);
+  g_undone_print = print;
+}
+
+std::vector<UndoneCast> undone_casts() {
+  std::lock_guard lock(g_undone_mutex);
+  return g_undone;
+}
+
+void clear_undone_casts() {
+  std::lock_guard lock(g_undone_mutex);
+  g_undone.clear();
+}
+
+std::string undone_cast_note(const std::string& cell_path) {
+  std::lock_guard lock(g_undone_mutex);
+  std::string note;
+  for (const UndoneCast& u : g_undone)
+    if (cell_path == u.path || cell_path.rfind(u.path + ".", 0) == 0)
+      note += (note.empty() ? "" : "; ") + std::string("the explicit cast to ") +
+              python_dtype(u.user_dtype) + " of the input of '" + u.path + "' (" + u.cell_class +
+              ") was undone at its boundary by " + u.level + " (fix: net." + u.path +
+              ".to_float(ms." + python_dtype(u.user_dtype) + "), or cast inside its construct)";
+  return note;
+}
+
+// Called before this cell's call scopes are pushed: `x` is what the caller passes. Only a sub-cell
+// called from a running cell is checked (a cast made before calling the network is data
+// preparation), and only one flagged by the level or an enclosing to_float: a cell with its own
+// to_float or AMP configuration was given its precision by the user.
+void Cell::check_undone_cast(const Tensor& x) const {
+  if (t_call_depth == 0 || float_dtype_ || amp_ || !x.defined() || !is_floating(x.dtype())) return;
+  const AutocastState& outer = autocast_state();
+  if (!outer.forced && !outer.cast_every_cell) return;
+  if (!has_explicit_dtype(x)) return;  // honoured here, in the caller
+  const DType cell_dtype = outer.forced ? *outer.forced : outer.low;
+  if (cell_dtype == x.dtype()) return;
+  const std::string level =
+      outer.forced ? "to_float(" + python_dtype(*outer.forced) + ") on a cell around it"
+                   : (t_amp && !t_amp->level.empty() ? t_amp->level : std::string("the AMP level"));
+  const std::string& path = current_cell_path();  // this cell's: its CellPathScope is pushed
+  const std::string shown = path.empty() ? std::string("<this cell>") : path;
+  const std::string cls = type_name();  // before the lock: a Python cell's takes the GIL
+  std::unique_lock lock(g_undone_mutex);
+  for (const UndoneCast& u : g_undone)
+    if (u.path == shown && u.cell_class == cls && u.user_dtype == x.dtype() &&
+        u.cell_dtype == cell_dtype)
+      return;
+  const std::string user = python_dtype(x.dtype()), cast = python_dtype(cell_dtype);
+  UndoneCast u{shown,
+               cls,
+               level,
+               x.dtype(),
+               cell_dtype,
+               "the " + user + " value passed to '" + shown + "' (" + cls +
+                   ") was cast explicitly (astype / ops.cast) by its caller, and " + level +
+                   " casts it back to " + cast +
+                   " at that cell's boundary (as MindSpore's GRAPH_MODE does), so " + cls +
+                   " computes in " + cast + ". Fix: net." + shown + ".to_float(ms." + user +
+                   ") (C++: to_float(DType::" + std::string(dtype_name(x.dtype())) +
+                   ") on that cell), or cast inside " + cls +
+                   "'s construct. (MIXPREC_WARN_UNDONE_CAST=0 silences this.)"};
+  g_undone.push_back(u);
+  const bool print =
+      g_undone_print.value_or(env::get("MIXPREC_WARN_UNDONE_CAST").value_or("1") == "1");
+  lock.unlock();
+  if (print) std::fprintf(stderr, "mixprec: warning: %s\n", u.message.c_str());
+}
+
+template <class Fn> Tensor Cell::call(const Tensor* x, const Tensor* y, Fn&& fn) {
   CellPathScope path(name_);
+  if (t_call_depth > 0) {  // the caller's marks and state, before this cell's scopes
+    if (x) check_undone_cast(*x);
+    if (y) check_undone_cast(*y);
+  }
   // Explicit casts made in this call hold until it returns (ops/autocast.h). A cell with its own
   // precision does not see those of its callers, and neither does any cell inside an O2/O3
   // network or a to_float cell: MindSpore flags all of those cells (to_float is recursive) and a
@@ -35,8 +136,17 @@ Tensor Cell::call(Fn&& fn) {
   const AutocastState& outer = autocast_state();
   const bool flagged = outer.forced.has_value() || outer.cast_every_cell;
   CellCallScope call_scope(amp_.has_value() || float_dtype_.has_value() || flagged);
+  DepthScope depth;
+  const AmpConfig* outer_amp = t_amp;
+  struct AmpRestore {
+    const AmpConfig* prev;
+    ~AmpRestore() { t_amp = prev; }
+  } amp_restore{outer_amp};
   std::optional<AutocastScope> amp_scope, float_scope;
-  if (amp_) amp_scope.emplace(amp_->state);
+  if (amp_) {
+    amp_scope.emplace(amp_->state);
+    t_amp = &*amp_;
+  }
   if (float_dtype_) {
     AutocastState s = autocast_state();
     s.forced = *float_dtype_;
@@ -51,11 +161,11 @@ Tensor Cell::call(Fn&& fn) {
 }
 
 Tensor Cell::operator()(const Tensor& x) {
-  return call([&] { return construct(x); });
+  return call(&x, nullptr, [&] { return construct(x); });
 }
 
 Tensor Cell::operator()(const Tensor& x, const Tensor& y) {
-  return call([&] { return construct(x, y); });
+  return call(&x, &y, [&] { return construct(x, y); });
 }
 
 static void check_name(const std::string& owner, const std::string& name) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "mixprec/error.h"
+#include "mixprec/nn/cell.h"
 #include "mixprec/train/model.h"
 
 namespace mixprec::train {
@@ -21,7 +22,10 @@ std::string describe(const NonFiniteEvent& e) {
   std::snprintf(buf, sizeof buf, "; max |input| %.4g; %lld non-finite %s values%s", e.input_max_abs,
                 static_cast<long long>(e.nonfinite_count), std::string(dtype_name(e.dtype)).c_str(),
                 e.has_nan ? " (NaN among them)" : "");
-  return e.phase + " " + e.op_name + " in " + (e.cell.empty() ? "(network)" : e.cell) + ": " + e.detail + buf;
+  const std::string note =
+      nn::undone_cast_note(e.cell);  // the seed's softmax fix, undone by the level
+  return e.phase + " " + e.op_name + " in " + (e.cell.empty() ? "(network)" : e.cell) + ": " +
+         e.detail + buf + (note.empty() ? "" : "; note: " + note);
 }
 
 OverflowGuard::OverflowGuard(GuardOptions options) : options_(options) {

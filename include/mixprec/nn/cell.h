@@ -26,7 +26,29 @@ struct AmpConfig {
   AutocastState state;                     // the level, low dtype, lists; state.cache points
   std::shared_ptr<CastCache> cache;        //   into this cache, owned here
   bool cast_output_to_fp32 = false;
+  std::string level;  // "O2", "custom black list", ...: named by the undone-cast warning
 };
+
+// The explicit-cast rule's one silent case (docs/amp.md): a value the user cast (astype, ops::cast)
+// inside a cell and passed to a sub-cell that casts its inputs at its boundary (any cell of an
+// O2/O3 network, a to_float cell) is cast back there, as in MindSpore's GRAPH_MODE. Each such
+// (cell, dtype) is reported once per process on stderr, naming the cell, the level and the fix;
+// set_undone_cast_warnings(false) or MIXPREC_WARN_UNDONE_CAST=0 silences the print (the record
+// stays, and the overflow provenance of a NaN inside that cell still mentions it).
+struct UndoneCast {
+  std::string path;        // the sub-cell's path ("softmax", "block.0.attn")
+  std::string cell_class;  // its type_name()
+  std::string level;       // "O2", "O3", "to_float(float16)", ...
+  DType user_dtype;        // what the user cast to
+  DType cell_dtype;        // what the boundary casts it to
+  std::string message;     // the warning's text
+};
+void set_undone_cast_warnings(bool print);
+std::vector<UndoneCast> undone_casts();  // every one reported so far, in order
+void clear_undone_casts();               // for tests: the next one is reported again
+// The note for a non-finite value found in `cell_path`: the undone casts into that cell or a
+// cell around it, "" if none.
+std::string undone_cast_note(const std::string& cell_path);
 
 class Cell {
  public:
@@ -84,7 +106,8 @@ class Cell {
   const std::vector<std::pair<std::string, Cell*>>& children() const { return children_; }
 
  private:
-  template <class Fn> Tensor call(Fn&& fn);
+  template <class Fn> Tensor call(const Tensor* x, const Tensor* y, Fn&& fn);
+  void check_undone_cast(const Tensor& x) const;
   void collect(const std::string& prefix, std::vector<NamedTensor>& out, bool params, bool buffers,
                bool trainable_only) const;
 
