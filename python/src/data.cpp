@@ -38,7 +38,7 @@ std::string column_arg(const py::object& v) {
   if (v.is_none()) return "image";
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
   const auto list = v.cast<std::vector<std::string>>();
-  if (list.size() != 1) throw py::value_error("map: input_columns must name one column ('image' or 'label')");
+  if (list.size() != 1) throw py::value_error("map: input_columns must name one column (the first or the second)");
   return list[0];
 }
 
@@ -66,7 +66,13 @@ class PyIterator {
     if (!b.image.defined()) throw py::stop_iteration();
     py::object image = py::cast(b.image), label = py::cast(b.label);
     if (numpy_) image = image.attr("asnumpy")(), label = label.attr("asnumpy")();
-    if (as_dict_) return py::dict("image"_a = image, "label"_a = label);
+    if (as_dict_) {
+      const std::array<std::string, 2> names = ds_.source().column_names();
+      py::dict d;
+      d[py::str(names[0])] = image;
+      d[py::str(names[1])] = label;
+      return d;
+    }
     return py::list(py::make_tuple(image, label));
   }
 
@@ -76,6 +82,125 @@ class PyIterator {
   bool as_dict_, numpy_;
   std::optional<dataset::BatchIterator> it_;
 };
+
+// ---------------------------------------------------------------- bring your own data
+// NumpySlicesDataset and GeneratorDataset read the user's arrays (or every sample of the user's
+// source) into memory once, at construction: the pipeline then runs in C++ without the GIL, as the
+// MNIST readers do, and an exception from the user's source reaches the caller there, unchanged.
+// Two columns (data, label), as Model.train and eval take them.
+
+// A column (an array, or a sequence of per-sample values) as a Tensor of its numpy dtype; the
+// error names the column, and for ragged samples the first sample whose shape differs.
+Tensor column_tensor(const char* who, const std::string& name, const py::object& values) {
+  const py::module_ np = py::module_::import("numpy");
+  if (!py::isinstance<py::array>(values) && (py::isinstance<py::list>(values) || py::isinstance<py::tuple>(values))) {
+    const py::sequence seq = values.cast<py::sequence>();
+    if (seq.size() > 0) {
+      const py::object first = np.attr("shape")(seq[0]);
+      for (size_t i = 1; i < seq.size(); ++i)
+        if (!np.attr("shape")(seq[i]).equal(first))
+          throw py::value_error(std::string(who) + ": sample " + std::to_string(i) + " of column '" + name +
+                                "' has shape " + py::str(np.attr("shape")(seq[i])).cast<std::string>() +
+                                " but sample 0 has " + py::str(first).cast<std::string>() +
+                                "; every sample of a column needs the same shape (pad or crop ragged samples)");
+    }
+  }
+  const py::array a = np.attr("ascontiguousarray")(values);
+  const std::string kind = py::str(a.dtype().attr("kind")).cast<std::string>();
+  if (kind != "b" && kind != "i" && kind != "u" && kind != "f")
+    throw py::type_error(std::string(who) + ": column '" + name + "' has numpy dtype " +
+                         py::str(static_cast<py::handle>(a.dtype())).cast<std::string>() +
+                         "; expected numbers (bool, integers, float16/32/64)");
+  if (a.ndim() == 0)
+    throw py::value_error(std::string(who) + ": column '" + name + "' is a scalar; expected one row per sample");
+  return py::module_::import("mixprec").attr("Tensor")(a).cast<Tensor>();
+}
+
+std::array<std::string, 2> column_names_arg(const char* who, const py::object& names,
+                                            std::vector<std::string> fallback) {
+  std::vector<std::string> v = names.is_none() ? std::move(fallback)
+                              : py::isinstance<py::str>(names) ? std::vector<std::string>{names.cast<std::string>()}
+                                                               : names.cast<std::vector<std::string>>();
+  if (v.size() != 2)
+    throw py::value_error(std::string(who) + ": expected two columns (data, label), got " + std::to_string(v.size()) +
+                          "; mixprec datasets have two columns, as Model.train and eval take them");
+  return {v[0], v[1]};
+}
+
+Dataset finish_dataset(const char* who, Tensor data, Tensor label, std::array<std::string, 2> names, bool shuffle,
+                       std::optional<int64_t> num_samples, std::optional<int64_t> num_shards,
+                       std::optional<int64_t> shard_id) {
+  if (num_shards.has_value() != shard_id.has_value())
+    throw py::value_error(std::string(who) + ": give both num_shards and shard_id, or neither");
+  Dataset ds = dataset::array_dataset(std::move(data), std::move(label), std::move(names));
+  if (shuffle) ds = ds.shuffle(g_dataset_seed);
+  if (num_samples) ds = ds.take(*num_samples);
+  if (num_shards) ds = ds.shard(*num_shards, *shard_id);
+  return ds;
+}
+
+Dataset numpy_slices(const py::object& data, const py::object& column_names, std::optional<int64_t> num_samples,
+                     std::optional<bool> shuffle, std::optional<int64_t> num_shards, std::optional<int64_t> shard_id) {
+  const char* who = "NumpySlicesDataset";
+  std::vector<py::object> columns;
+  std::vector<std::string> keys;
+  if (py::isinstance<py::dict>(data)) {
+    for (auto [k, v] : data.cast<py::dict>()) {
+      keys.push_back(py::str(k).cast<std::string>());
+      columns.push_back(py::reinterpret_borrow<py::object>(v));
+    }
+  } else if (py::isinstance<py::tuple>(data) || py::isinstance<py::list>(data)) {
+    for (py::handle v : data) columns.push_back(py::reinterpret_borrow<py::object>(v));
+    for (size_t i = 0; i < columns.size(); ++i) keys.push_back("column_" + std::to_string(i));
+  } else {
+    throw py::type_error(std::string(who) + ": data must be a dict, tuple or list of numpy arrays (data, label)");
+  }
+  const std::array<std::string, 2> names = column_names_arg(who, column_names, keys);
+  if (columns.size() != 2)
+    throw py::value_error(std::string(who) + ": expected two columns (data, label), got " +
+                          std::to_string(columns.size()));
+  const Tensor x = column_tensor(who, names[0], columns[0]), y = column_tensor(who, names[1], columns[1]);
+  if (x.size(0) != y.size(0))
+    throw py::value_error(std::string(who) + ": column '" + names[0] + "' has " + std::to_string(x.size(0)) +
+                          " samples but column '" + names[1] + "' has " + std::to_string(y.size(0)));
+  return finish_dataset(who, x, y, names, shuffle.value_or(true), num_samples, num_shards, shard_id);
+}
+
+Dataset generator_dataset(py::object source, const py::object& column_names, std::optional<int64_t> num_samples,
+                          std::optional<bool> shuffle, std::optional<int64_t> num_shards,
+                          std::optional<int64_t> shard_id) {
+  const char* who = "GeneratorDataset";
+  const std::array<std::string, 2> names = column_names_arg(who, column_names, {});
+  // A generator function is called; a random-access source (__getitem__ and __len__) is indexed;
+  // anything else is iterated.
+  if (py::isinstance<py::function>(source) && !py::hasattr(source, "__getitem__")) source = source();
+  const bool random_access = py::hasattr(source, "__getitem__") && py::hasattr(source, "__len__");
+  std::vector<py::object> samples;
+  if (random_access) {
+    const auto n = py::len(source);
+    for (size_t i = 0; i < n; ++i) samples.push_back(source[py::int_(i)]);
+  } else {
+    if (!py::hasattr(source, "__iter__"))
+      throw py::type_error(std::string(who) + ": source must be iterable, random-access (__getitem__ and __len__) "
+                           "or a generator function");
+    for (py::handle s : source) samples.push_back(py::reinterpret_borrow<py::object>(s));
+  }
+  if (samples.empty()) throw py::value_error(std::string(who) + ": the source yielded no samples");
+  std::array<py::list, 2> cols;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const py::object& s = samples[i];
+    const bool seq = py::isinstance<py::tuple>(s) || py::isinstance<py::list>(s);
+    if (!seq || py::len(s) != 2)
+      throw py::value_error(std::string(who) + ": sample " + std::to_string(i) +
+                            " must be a tuple of 2 values (" + names[0] + ", " + names[1] + "), got " +
+                            (seq ? "a tuple of " + std::to_string(py::len(s)) : py::str(py::type::of(s).attr("__name__")).cast<std::string>()));
+    const py::sequence t = s.cast<py::sequence>();
+    cols[0].append(t[0]);
+    cols[1].append(t[1]);
+  }
+  const Tensor x = column_tensor(who, names[0], cols[0]), y = column_tensor(who, names[1], cols[1]);
+  return finish_dataset(who, x, y, names, shuffle.value_or(random_access), num_samples, num_shards, shard_id);
+}
 
 void bind_transforms(Modules& m) {
   py::class_<Transform>(m.transforms, "Transform").def("__repr__", [](const Transform& t) { return t.name; });
@@ -99,6 +224,16 @@ void bind_dataset(Modules& m) {
       .def("map", [](const Dataset& ds, py::object operations, py::object input_columns) {
         const std::string column = column_arg(input_columns);
         if (py::isinstance<Transform>(operations)) return ds.map(operations.cast<Transform>(), column);
+        const bool listed = py::isinstance<py::list>(operations) || py::isinstance<py::tuple>(operations);
+        py::object bad = listed ? py::object() : operations;  // the first operation that is no Transform
+        if (listed)
+          for (py::handle op : operations)
+            if (!bad && !py::isinstance<Transform>(op)) bad = py::reinterpret_borrow<py::object>(op);
+        if (bad)
+          throw py::type_error("map: operations must be mixprec transforms (mixprec.dataset.vision, "
+                               "mixprec.dataset.transforms) or a list of them; got a " +
+                               std::string(py::str(py::type::of(bad).attr("__name__"))) +
+                               " (Python functions are not supported: the pipeline runs in C++ without the GIL)");
         Dataset out = ds;
         for (py::handle op : operations) out = out.map(op.cast<Transform>(), column);
         return out;
@@ -126,6 +261,28 @@ void bind_dataset(Modules& m) {
                   },
                   "dataset_dir"_a, "usage"_a = py::none(), "num_samples"_a = py::none(),
                   "num_parallel_workers"_a = py::none(), "shuffle"_a = py::none());
+  m.dataset.def("NumpySlicesDataset",
+                [](py::object data, py::object column_names, std::optional<int64_t> num_samples,
+                   py::object /*num_parallel_workers*/, std::optional<bool> shuffle, py::object sampler,
+                   std::optional<int64_t> num_shards, std::optional<int64_t> shard_id) {
+                  if (!sampler.is_none()) throw py::value_error("NumpySlicesDataset: sampler is not supported");
+                  return numpy_slices(data, column_names, num_samples, shuffle, num_shards, shard_id);
+                },
+                "data"_a, "column_names"_a = py::none(), "num_samples"_a = py::none(),
+                "num_parallel_workers"_a = 1, "shuffle"_a = py::none(), "sampler"_a = py::none(),
+                "num_shards"_a = py::none(), "shard_id"_a = py::none());
+  m.dataset.def("GeneratorDataset",
+                [](py::object source, py::object column_names, py::object column_types, py::object schema,
+                   std::optional<int64_t> num_samples, py::object /*num_parallel_workers*/,
+                   std::optional<bool> shuffle, py::object sampler, std::optional<int64_t> num_shards,
+                   std::optional<int64_t> shard_id) {
+                  if (!column_types.is_none() || !schema.is_none() || !sampler.is_none())
+                    throw py::value_error("GeneratorDataset: column_types, schema and sampler are not supported");
+                  return generator_dataset(source, column_names, num_samples, shuffle, num_shards, shard_id);
+                },
+                "source"_a, "column_names"_a = py::none(), "column_types"_a = py::none(), "schema"_a = py::none(),
+                "num_samples"_a = py::none(), "num_parallel_workers"_a = 1, "shuffle"_a = py::none(),
+                "sampler"_a = py::none(), "num_shards"_a = py::none(), "shard_id"_a = py::none());
   m.dataset.attr("vision") = m.vision;
   m.dataset.attr("transforms") = m.transforms;
 }

@@ -25,12 +25,16 @@ Dataset::Dataset(std::shared_ptr<const Source> source) : source_(std::move(sourc
 }
 
 Dataset Dataset::map(Transform transform, std::string_view input_column) const {
-  MIXPREC_CHECK(input_column == "image" || input_column == "label", "Dataset::map(", transform.name,
-                "): expected input_column \"image\" or \"label\", got \"", input_column, "\"");
+  // The first column is "image" (or the source's own name for it), the second "label".
+  const std::array<std::string, 2> names = source_->column_names();
+  const bool first = input_column == "image" || input_column == names[0];
+  const bool second = input_column == "label" || input_column == names[1];
+  MIXPREC_CHECK(first || second, "Dataset::map(", transform.name, "): expected input_column \"",
+                names[0], "\" or \"", names[1], "\", got \"", input_column, "\"");
   MIXPREC_CHECK(static_cast<bool>(transform.apply), "Dataset::map(", transform.name,
                 "): expected a transform with a function, got an empty one");
   Dataset d = *this;
-  d.maps_.push_back({std::move(transform), input_column == "label"});
+  d.maps_.push_back({std::move(transform), !first});
   return d;
 }
 
@@ -155,9 +159,9 @@ Batch Dataset::make_batch(const std::vector<int64_t>* order, int64_t epoch, int6
   Shape label_shape = source_->label_shape();
   label_shape.insert(label_shape.begin(), count);
   Batch b;
-  b.image = Tensor::empty(image_shape, {.dtype = DType::u8});
-  b.label = Tensor::empty(label_shape, {.dtype = DType::i32});
-  source_->gather_epoch(indices, epoch, b.image.data<uint8_t>(), b.label.data<int32_t>());
+  b.image = Tensor::empty(image_shape, {.dtype = source_->image_dtype()});
+  b.label = Tensor::empty(label_shape, {.dtype = source_->label_dtype()});
+  source_->gather_columns(indices, epoch, b.image.data_ptr(), b.label.data_ptr());
   b.epoch = epoch;
   b.index = index;
   for (const MapStep& m : maps_) {

@@ -78,6 +78,41 @@ class Source {
     (void)epoch;
     gather(indices, images, labels);
   }
+  // The dtypes and names of the two columns: u8 "image" and i32 "label" unless the source says
+  // otherwise (ArraySource holds the user's arrays as they are).
+  virtual DType image_dtype() const { return DType::u8; }
+  virtual DType label_dtype() const { return DType::i32; }
+  virtual std::array<std::string, 2> column_names() const { return {"image", "label"}; }
+  // gather_epoch into buffers of image_dtype() and label_dtype(): what the pipeline calls.
+  virtual void gather_columns(std::span<const int64_t> indices, int64_t epoch, void* images,
+                              void* labels) const {
+    gather_epoch(indices, epoch, static_cast<uint8_t*>(images), static_cast<int32_t*>(labels));
+  }
+};
+
+// Samples held in memory: row i of `data` and of `labels` (MindSpore's NumpySlicesDataset and
+// GeneratorDataset; the Python module builds one from numpy arrays). Any dtype and sample shape;
+// both tensors are copied to contiguous CPU memory at construction and never change.
+class ArraySource : public Source {
+ public:
+  // `names`: the two columns' names (MindSpore's column_names), e.g. {"data", "label"}.
+  ArraySource(Tensor data, Tensor labels, std::array<std::string, 2> names = {"data", "label"});
+  int64_t size() const override { return data_.size(0); }
+  Shape sample_shape() const override { return {data_.shape().begin() + 1, data_.shape().end()}; }
+  Shape label_shape() const override {
+    return {labels_.shape().begin() + 1, labels_.shape().end()};
+  }
+  std::string describe() const override;
+  DType image_dtype() const override { return data_.dtype(); }
+  DType label_dtype() const override { return labels_.dtype(); }
+  std::array<std::string, 2> column_names() const override { return names_; }
+  void gather(std::span<const int64_t> indices, uint8_t* images, int32_t* labels) const override;
+  void gather_columns(std::span<const int64_t> indices, int64_t epoch, void* images,
+                      void* labels) const override;
+
+ private:
+  Tensor data_, labels_;
+  std::array<std::string, 2> names_;
 };
 
 inline std::string Source::describe_images() const {
@@ -215,6 +250,10 @@ class EpochRange {
 };
 
 // ------------------------------------------------------------------ sources
+
+// A Dataset over ArraySource(data, labels, names): unshuffled, batch 1, as every source starts.
+Dataset array_dataset(Tensor data, Tensor labels,
+                      std::array<std::string, 2> names = {"data", "label"});
 
 struct MnistOptions {
   std::string usage = "train";  // "train", "test" or "all" (train, then test)
