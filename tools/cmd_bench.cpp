@@ -31,6 +31,7 @@
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
 #include "mixprec/ops/ops.h"
+#include "mixprec/ops/profile.h"
 #include "mixprec/rng.h"
 #include "mixprec/version.h"
 #include "output_file.h"
@@ -135,6 +136,7 @@ struct BenchArgs {
   int64_t batch_size = 0, steps = 20, warmup = 5;
   int threads = 0;
   std::string device = "cpu";
+  bool profile = false;
 };
 
 // One network trained in one execution mode, and what its timed steps measured.
@@ -214,6 +216,23 @@ std::vector<std::string> split_list(const std::string& s) {
 
 // One model in one configuration (checked by run_bench): times it, prints its lines, returns
 // its report.
+// --profile: each (op, phase, kernel) of the timed steps, its time a step and its share of the
+// kernels' time, the most first; the kernels' total against the step's median and floor. Every
+// dispatch is timed on its own, so on a GPU a kernel's time is its launch, not its run.
+void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, double median_ms, double floor_ms) {
+  double total = 0;
+  for (const ops::ProfileRow& r : rows) total += r.seconds;
+  const double per_step = 1e3 * total / static_cast<double>(steps);
+  std::printf("  kernels: %.2f ms a step of the %.2f ms median (the rest: work outside dispatched kernels: autograd, "
+              "allocation, the optimizer's and the unscale's host loops); the step's floor is %.2f ms\n",
+              per_step, median_ms, floor_ms);
+  std::printf("  %10s %6s %7s  %s\n", "ms/step", "share", "calls", "op phase [kernel]");
+  for (const ops::ProfileRow& r : rows)
+    std::printf("  %10.3f %5.1f%% %7lld  %s %s [%s]\n", 1e3 * r.seconds / static_cast<double>(steps),
+                100 * r.seconds / total, static_cast<long long>(r.calls / steps), r.op.c_str(), r.phase.c_str(),
+                r.impl.c_str());
+}
+
 nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   const int threads = set_threads(a.threads);
   const AmpLevel level = parse_amp_level(a.amp_level);
@@ -277,8 +296,18 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
     activation = memory_stats(device).live_bytes - before;
   }
   reset_peak_memory(device);
+  const bool profiled_before = ops::profiling();
+  if (a.profile) {
+    ops::profile_reset();
+    ops::set_profiling(true);
+  }
   for (int64_t i = 0; i < a.steps; ++i)
     for (Runner& r : runners) r.run(x, y, true);
+  const std::vector<ops::ProfileRow> profile = a.profile ? ops::profile_rows() : std::vector<ops::ProfileRow>{};
+  if (a.profile) {
+    ops::set_profiling(profiled_before);
+    ops::profile_reset();
+  }
   const int64_t peak = memory_stats(device).peak_bytes;
   // A device step returns before it has run, and the next one is queued without waiting for it
   // (up to TrainOneStepCell::kStepsInFlight): the step time above waits for each step, so it adds
@@ -333,6 +362,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
         std::printf("  graph: not replayed (%s)\n", g.fallback.c_str());
     }
   }
+  if (!profile.empty()) print_profile(profile, a.steps * static_cast<int64_t>(runners.size()), runners.front().median(),
+                                      floor_ms);
   if (runners.size() == 2)
     std::printf("graph vs pynative: %.2fx the speed (median step %.2f vs %.2f ms, alternated in this run)\n",
                 runners[0].median() / runners[1].median(), runners[1].median(), runners[0].median());
@@ -442,7 +473,7 @@ Command register_bench(CLI::App& app) {
                   "LEVEL:DTYPE,... (e.g. O0,O2:f16,O2:bf16): each model in each, in turn (default: --amp-level, "
                   "--dtype)");
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
-  cmd->add_option("--dtype", a->dtype, "bf16|f16 (f16 is emulated: not faster)")->capture_default_str();
+  cmd->add_option("--dtype", a->dtype, "bf16|f16 (`mixprec info` measures which is faster here)")->capture_default_str();
   cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "Batch size (0: 256, or 64 for resnet-small)")->capture_default_str();
   cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str();
@@ -454,6 +485,9 @@ Command register_bench(CLI::App& app) {
                   "with their ratio)")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write JSON here");
+  cmd->add_flag("--profile", a->profile,
+                "Also time every kernel of the timed steps and print them: op, phase, kernel, ms a step, share "
+                "(MIXPREC_PROFILE=1 prints the same table for any command, at its exit)");
   return {cmd, [a] { return run_bench(*a); }};
 }
 

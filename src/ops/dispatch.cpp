@@ -4,6 +4,7 @@
 #include "ops/dispatch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -161,12 +162,40 @@ Profile& profile() {
 
 }  // namespace
 
+namespace {
+std::atomic<int>& profiling_flag() {  // -1: not read yet
+  static std::atomic<int> flag{-1};
+  return flag;
+}
+}  // namespace
+
 bool profiling() {
-  static const bool on = [] {
+  int on = profiling_flag().load(std::memory_order_relaxed);
+  if (on < 0) {
     const char* v = std::getenv("MIXPREC_PROFILE");
-    return v && *v && std::string_view(v) != "0";
-  }();
-  return on;
+    on = v && *v && std::string_view(v) != "0";
+    profiling_flag().store(on, std::memory_order_relaxed);
+  }
+  return on != 0;
+}
+
+void set_profiling(bool on) { profiling_flag().store(on, std::memory_order_relaxed); }
+
+std::vector<ProfileRow> profile_rows() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mu);
+  std::vector<ProfileRow> rows;
+  for (const auto& [k, v] : p.entries)
+    rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), v.first, v.second});
+  std::sort(rows.begin(), rows.end(),
+            [](const ProfileRow& a, const ProfileRow& b) { return a.seconds > b.seconds; });
+  return rows;
+}
+
+void profile_reset() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.entries.clear();
 }
 
 double profile_now() {

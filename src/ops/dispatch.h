@@ -27,6 +27,7 @@
 #include "ops/kernel_choice.h"
 #include "mixprec/device.h"
 #include "mixprec/error.h"
+#include "mixprec/ops/profile.h"
 #include "mixprec/ops/registry.h"
 #include "mixprec/tensor.h"
 
@@ -96,8 +97,7 @@ std::string_view forced_impl();
 void log_dispatch(OpId op, std::string_view phase, std::string_view chosen,
                   const std::string& problem, const std::string& declined);
 
-// MIXPREC_PROFILE=1: time spent per (op, phase, implementation), printed at exit.
-bool profiling();
+// The kernel profile (mixprec/ops/profile.h: MIXPREC_PROFILE=1, or set_profiling) records here.
 void profile_add(std::string_view op, std::string_view phase, std::string_view impl,
                  double seconds);
 double profile_now();
