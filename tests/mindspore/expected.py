@@ -131,10 +131,6 @@ DIFFERENCES = [
          why="StaticLossScaler/DynamicLossScaler accept scale_value < 1 and a float scale_factor, and adjust() "
              "takes a Python bool (documented in docs/python.md); MindSpore refuses all three. Fix: refuse "
              "scale_value < 1 (ValueError) and a non-integer factor (TypeError) in the scalers."),
-    dict(id="has-aux-single-output", program="p14_*", keys=["aux_not_tuple"], mindspore="ValueError",
-         mixprec="none",
-         why="value_and_grad(has_aux=True) of a function with one output: MindSpore raises ('requires more than "
-             "one outputs'); mixprec returns the output and its gradient. Fix (python/src/train.cpp): refuse."),
     dict(id="non-tensor-output", program="p14_*", keys=["int_output"], mindspore="none", mixprec="TypeError",
          why="value_and_grad of a function returning a Python int: MindSpore returns it with zero gradients; "
              "mixprec raises TypeError (nothing to differentiate). mixprec's refusal is deliberate."),
