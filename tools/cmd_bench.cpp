@@ -475,10 +475,13 @@ Command register_bench(CLI::App& app) {
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16|f16 (`mixprec info` measures which is faster here)")->capture_default_str();
   cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")->capture_default_str();
-  cmd->add_option("--batch-size", a->batch_size, "Batch size (0: 256, or 64 for resnet-small)")->capture_default_str();
-  cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str();
-  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_size, "Batch size (0: 256, or 64 for resnet-small)")->capture_default_str()
+      ->check(integer_range(0, kNoMax, std::nullopt, "0: the model's default"));
+  cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str()
+      ->check(integer_range(1, 1000000));
+  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(integer_range(0, 1000000));
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str()
+      ->check(integer_range(0, kMaxThreads, std::nullopt, "0: default"));
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   cmd->add_option("--mode", a->mode,
                   "pynative (eager) | graph (captured step, replayed) | both (the two alternated step by step, "

@@ -1,11 +1,14 @@
 // `mixprec eval --model NAME --checkpoint FILE [--data DIR]`: loads fp32 weights into a zoo
 // network (strictly: every name and shape must match) and reports test accuracy and loss, at
-// any AMP level (the weights are cast at use).
+// any AMP level (the weights are cast at use). An image model reads the MNIST-format test split;
+// gpt-tiny the validation part of a text file or folder (as train does; default: the fortunes),
+// and reports the loss per byte.
 #include <cstdio>
 
 #include "cli_error.h"
 #include "commands.h"
 #include "mixprec/amp/amp.h"
+#include "mixprec/data/text.h"
 #include "mixprec/io/checkpoint.h"
 #include "mixprec/nn/loss.h"
 #include "mixprec/nn/zoo.h"
@@ -29,13 +32,16 @@ Command register_eval(CLI::App& app) {
   cmd->add_option("--model", a->model, "Network the checkpoint belongs to")->capture_default_str()
       ->check(CLI::IsMember(nn::model_names()));
   cmd->add_option("--checkpoint", a->checkpoint, "The .safetensors file (from mixprec train --checkpoint)")->required();
-  cmd->add_option("--data", a->data, "Directory with MNIST-format IDX files")->capture_default_str();
+  cmd->add_option("--data", a->data,
+                  "Directory with MNIST-format IDX files; for gpt-tiny a text file or folder, whose last 10% is read "
+                  "(default: the fortunes in /usr/share/games/fortunes)")->capture_default_str();
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16|f16")->capture_default_str();
-  cmd->add_option("--batch-size", a->batch_size, "Evaluation batch size")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_size, "Evaluation batch size")->capture_default_str()->check(integer_range(1));
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str()
+      ->check(integer_range(0, kMaxThreads, std::nullopt, "0: default"));
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
-  return {cmd, [a] {
+  return {cmd, [a, cmd] {
     as_usage_error([&] {
       MIXPREC_CHECK(a->batch_size >= 1, "--batch-size: expected at least 1, got ", a->batch_size);
       MIXPREC_CHECK(a->threads >= 0, "--threads: expected at least 0, got ", a->threads);
@@ -45,10 +51,25 @@ Command register_eval(CLI::App& app) {
     use_device(a->device);
     set_threads(a->threads);
     auto net = nn::make_model(a->model);
-    const auto report = io::load_param_into_net(*net, io::load_checkpoint(a->checkpoint), {.strict = true});
+    const auto params = io::load_checkpoint(a->checkpoint);
+    check_checkpoint_model(a->checkpoint, a->model, "--model");
+    const auto report = with_prefix("--checkpoint " + a->checkpoint + ": ",
+                                    [&] { return io::load_param_into_net(*net, params, {.strict = true}); });
     amp::auto_mixed_precision(*net, a->amp_level, parse_low_dtype(a->dtype));
     nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
     nn::SGD unused(net->trainable_params(), 0.0);
+    if (nn::is_language_model(a->model)) {  // the validation windows of the text, as train evaluates them
+      if (cmd->count("--data") == 0) a->data = dataset::kFortunesDir;
+      train::Model model(*net, loss_fn, unused, {.metrics = {{"Loss", nn::Loss()}}});
+      const dataset::TextOptions opts{.usage = "validation", .context = nn::GptTiny::kContext};
+      const auto test = dataset::Dataset(dataset::TextDataset(a->data, opts)).batch(a->batch_size);
+      const auto m = model.eval(test);
+      std::printf("%s (%lld tensors) on %s: validation loss %.4f per byte (%lld windows of %lld bytes, amp_level %s)\n",
+                  a->checkpoint.c_str(), static_cast<long long>(report.loaded), a->data.c_str(), m.at("Loss"),
+                  static_cast<long long>(test.num_samples()), static_cast<long long>(nn::GptTiny::kContext + 1),
+                  a->amp_level.c_str());
+      return 0;
+    }
     train::Model model(*net, loss_fn, unused, {.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}}});
     const auto test = standard_pipeline(dataset::MnistDataset(a->data, {.usage = "test"})).batch(a->batch_size);
     const auto m = model.eval(test);

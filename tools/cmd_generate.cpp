@@ -42,12 +42,13 @@ Command register_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Sample text from a trained gpt-tiny checkpoint");
   cmd->add_option("--checkpoint", a->checkpoint, "The .safetensors file of a gpt-tiny run")->required();
   cmd->add_option("--prompt", a->prompt, "The text to continue (at least one byte)")->capture_default_str();
-  cmd->add_option("--tokens", a->tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "Bytes to generate")->capture_default_str()->check(integer_range(0));
   cmd->add_option("--temperature", a->temperature, "Sampling temperature (0: the most likely byte)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the sampling (0 to 2^64-1)")->capture_default_str()->check(seed_validator());
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16|f16")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str()
+      ->check(integer_range(0, kMaxThreads, std::nullopt, "0: default"));
   return {cmd, [a] {
     as_usage_error([&] {
       MIXPREC_CHECK(!a->prompt.empty(), "--prompt: expected at least one byte");
@@ -60,9 +61,10 @@ Command register_generate(CLI::App& app) {
     });
     set_threads(a->threads);
     nn::GptTiny net;
-    with_prefix("--checkpoint " + a->checkpoint + ": ", [&] {
-      (void)io::load_param_into_net(net, io::load_checkpoint(a->checkpoint), {.strict = true});
-    });
+    const std::string prefix = "--checkpoint " + a->checkpoint + ": ";
+    const auto params = with_prefix(prefix, [&] { return io::load_checkpoint(a->checkpoint); });
+    check_checkpoint_model(a->checkpoint, "gpt-tiny", "generate's model");
+    with_prefix(prefix, [&] { (void)io::load_param_into_net(net, params, {.strict = true}); });
     amp::auto_mixed_precision(net, a->amp_level, parse_low_dtype(a->dtype));
     Generator gen(a->seed);
     const auto t0 = std::chrono::steady_clock::now();

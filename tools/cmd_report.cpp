@@ -10,6 +10,7 @@
 #include "mixprec/error.h"
 #include "output_file.h"
 #include "report/page.h"
+#include "train_common.h"
 
 namespace mixprec::cli {
 namespace {
@@ -41,7 +42,7 @@ Command register_report(CLI::App& app) {
   cmd->add_option("--trace", a->trace, "The per-step CSV written by `mixprec train --trace FILE`");
   cmd->add_option("-o,--output", a->output, "Where to write the HTML page")->required();
   cmd->add_option("--max-points", a->max_points, "Downsample per-step curves longer than this (min/max buckets)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_range(16));
   return {cmd, [a] { return run_report(*a); }};
 }
 

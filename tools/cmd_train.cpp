@@ -83,6 +83,9 @@ Data load_data(const TrainArgs& a, const ParallelRun& par) {
   const dataset::MnistDataset test_raw(a.data, {.usage = "test"});
   check_image_shape(train_raw, a.model);
   check_image_shape(test_raw, a.model);
+  if (!par.on && a.train_samples > train_raw.num_samples() && par.rank == 0)
+    std::printf("note: --train-samples %lld: the training set of %s has %lld samples; all of them are used\n",
+                static_cast<long long>(a.train_samples), a.data.c_str(), static_cast<long long>(train_raw.num_samples()));
   Data d{standard_pipeline(train_raw).shuffle(a.seed).batch(a.batch_size, true),
          standard_pipeline(test_raw).batch(256)};
   MIXPREC_CHECK(d.train.num_batches() > 0, "--data ", a.data, ": the training set has ", train_raw.num_samples(),
@@ -94,14 +97,22 @@ Data load_data(const TrainArgs& a, const ParallelRun& par) {
   return d;
 }
 
+// The command that evaluates `checkpoint`, a checkpoint of this run, on its test data.
+std::string eval_command(const TrainArgs& a, const std::string& checkpoint) {
+  return "mixprec eval --model " + a.model + " --checkpoint " + checkpoint + " --data " + a.data;
+}
+
 // Restores the state saved at `a.resume` (whose settings were checked before); returns the step it
-// continues after.
-int64_t resume(const TrainArgs& a, train::Model& model, train::TrainOptions& topts) {
+// continues after, and sets `trace_row` to the trace row of that step the checkpoint stores.
+int64_t resume(const TrainArgs& a, train::Model& model, train::TrainOptions& topts, std::string& trace_row) {
   const train::ResumeInfo info = train::load_training_state(a.resume, model);
+  if (const auto it = info.metadata.find(TraceWriter::kTraceRowKey); it != info.metadata.end()) trace_row = it->second;
   MIXPREC_CHECK(a.max_steps < 0 || a.max_steps > info.global_step, "--max-steps ", a.max_steps, ": the run in ",
                 a.resume, " is already at step ", info.global_step, Hint{"--max-steps counts all steps, resumed ones too"});
   MIXPREC_CHECK(info.epoch < a.epochs, "--resume ", a.resume, ": the run already finished its ", a.epochs,
-                " epochs (step ", info.global_step, "); nothing is left to train");
+                " epochs (step ", info.global_step, "); nothing is left to train",
+                Hint{"to evaluate it (a run stopped after its last step skips its final evaluation): " +
+                     eval_command(a, a.resume)});
   topts.initial_epoch = info.epoch;
   topts.start_batch = info.batch;
   std::printf("resuming from %s at epoch %lld, batch %lld (step %lld)\n", a.resume.c_str(),
@@ -275,8 +286,37 @@ void resolve_dtype(TrainArgs& a, const ParallelRun& par) {
   a.dtype = chosen;
 }
 
+// A checkpoint whose weights or optimizer state hold NaN/inf trains nothing (every step skipped, or
+// NaN spreads): refused, naming the tensors, unless --allow-nonfinite-weights (the load then warns).
+void check_finite_state(const TrainArgs& a) {
+  if (a.allow_nonfinite_weights) return;
+  const std::vector<std::string> bad = io::read_safetensors(a.resume).warnings;
+  if (bad.empty()) return;
+  std::string what = bad[0];
+  for (size_t i = 1; i < bad.size() && i < 4; ++i) what += "; " + bad[i];
+  if (bad.size() > 4) what += "; and " + std::to_string(bad.size() - 4) + " more tensors";
+  MIXPREC_CHECK(false, "--resume ", a.resume, ": the checkpoint holds NaN/inf: ", what,
+                "; a run resumed from it would skip every step or spread NaN",
+                Hint{"resume from an earlier checkpoint of the run (--save-every N keeps one every N steps), or pass "
+                     "--allow-nonfinite-weights to resume anyway (`mixprec inspect` shows each tensor's values)"});
+}
+
+// The names of --white-list / --black-list, checked before any data is read (an unknown name is a
+// usage error): applied to a throwaway copy of the network (build() seeds before its own).
+void check_custom_lists(const TrainArgs& a) {
+  if (!a.custom_lists()) return;
+  as_usage_error([&] {
+    with_prefix(a.white_list.empty() ? "--black-list: " : "--white-list: ", [&] {
+      amp::custom_mixed_precision(*nn::make_model(a.model),
+                                  {.white_list = split_list(a.white_list), .black_list = split_list(a.black_list)},
+                                  DType::bf16);
+    });
+  });
+}
+
 Setup parse(const TrainArgs& args) {
   as_usage_error([&] { validate(args); });
+  check_custom_lists(args);
   use_device(args.device);
   Setup s{args, start_parallel(args)};
   place_rank_on_gpu(args.device, s.par);
@@ -287,7 +327,10 @@ Setup parse(const TrainArgs& args) {
   resolve_dtype(s.a, s.par);
   set_mode(s.a.mode);
   s.settings = trajectory_settings(s.a, s.threads);
-  if (!s.a.resume.empty()) check_same_settings(io::read_safetensors_metadata(s.a.resume), s.settings, s.a.resume);
+  if (!s.a.resume.empty()) {
+    check_same_settings(io::read_safetensors_metadata(s.a.resume), s.settings, s.a.resume);
+    check_finite_state(s.a);
+  }
   return s;
 }
 
@@ -317,7 +360,13 @@ std::unique_ptr<Session> build(const Setup& s) {
   // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
   // stops and resumes follows the same learning rates as one that never stopped.
   // With accumulation the optimizer steps once per accumulation_steps batches.
-  spec.total_steps = a.epochs * run->data.train.num_batches() / a.accumulation_steps;
+  const int64_t batches = a.epochs * run->data.train.num_batches();
+  spec.total_steps = batches / a.accumulation_steps;
+  MIXPREC_CHECK(spec.total_steps > 0, "--accumulation-steps ", a.accumulation_steps, ": more than the ", batches,
+                " batches of the whole run (", a.epochs, " epoch", a.epochs == 1 ? "" : "s", " of ",
+                run->data.train.num_batches(), "): no update would happen",
+                Hint{"use --accumulation-steps " + std::to_string(batches) + " or fewer, or more --epochs or "
+                     "--train-samples"});
   if (a.warmup_fraction > 0) spec.warmup_steps = std::llround(a.warmup_fraction * static_cast<double>(spec.total_steps));
   run->optimizer = make_optimizer(spec, run->net->trainable_params());
   std::map<std::string, train::MetricRef> metrics{{"Loss", train::Loss()}};
@@ -346,7 +395,8 @@ std::unique_ptr<Session> build(const Setup& s) {
 // Progress, history (with the per-epoch evaluation), the overflow guard, the rank check, the
 // trace, periodic checkpoints and the stop-signal check. Every check has passed by now: only here
 // are missing output directories created.
-std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int64_t resumed_at) {
+std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int64_t resumed_at,
+                                               const std::string& trace_row) {
   const TrainArgs& a = s.a;
   run.history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &run.data.test, s.par);
   run.guard = std::make_shared<train::OverflowGuard>(train::GuardOptions{
@@ -355,7 +405,7 @@ std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int
   if (s.par.on && a.check_ranks > 0) callbacks.emplace_back(train::RankConsistencyCheck(a.check_ranks));
   if (s.par.rank == 0)
     for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
-  if (!a.trace.empty()) callbacks.emplace_back(run.trace = std::make_shared<TraceWriter>(a.trace, resumed_at));
+  if (!a.trace.empty()) callbacks.emplace_back(run.trace = std::make_shared<TraceWriter>(a.trace, resumed_at, trace_row));
   if (a.save_every > 0) callbacks.emplace_back(train::CheckpointSaver(a.checkpoint, a.save_every, false, s.settings));
   callbacks.emplace_back(train::LambdaCallback(
       [](train::RunContext& c) { c.stop_requested |= StopSignals::received() != 0; }, /*may_lag=*/true));
@@ -397,7 +447,9 @@ int finish(const Setup& s, Session& run, RunResult& r, std::chrono::steady_clock
                             agreed(!r.interrupted.empty() || !r.guard.stop_reason().empty(), r.par));
   note_stop_signal(r, model, announced);
   const bool checkpoint_saved = !a.checkpoint.empty() && attempt(errors, [&] {
-    with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, s.settings); });
+    io::Metadata extra = s.settings;  // and the last trace row, which a resumed trace rewrites
+    if (run.trace && !run.trace->last_row().empty()) extra[TraceWriter::kTraceRowKey] = run.trace->last_row();
+    with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, extra); });
     std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
   });
   note_stop_signal(r, model, announced);
@@ -410,6 +462,10 @@ int finish(const Setup& s, Session& run, RunResult& r, std::chrono::steady_clock
   note_stop_signal(r, model, announced);
   const bool left_to_train = model.next_epoch() < a.epochs && (a.max_steps < 0 || model.global_step() < a.max_steps);
   if (!r.interrupted.empty() && left_to_train) print_how_to_continue(a, model, checkpoint_saved, r.par);
+  if (!r.interrupted.empty() && !left_to_train && !a.no_eval && r.metrics.empty() && r.par.rank == 0)
+    std::printf("the final evaluation was skipped (%s); %s\n", r.interrupted.c_str(),
+                checkpoint_saved ? ("evaluate the saved checkpoint with:\n  " + eval_command(a, a.checkpoint)).c_str()
+                                 : "no checkpoint was saved, so there is nothing to evaluate later");
   std::fflush(stdout);
   for (const std::string& e : errors) std::fprintf(stderr, "mixprec: error: %s\n", e.c_str());
   const int sig = note_stop_signal(r, model, announced);  // last look, just before the exit status
@@ -424,8 +480,9 @@ int run_train(const TrainArgs& args) {
   const Setup s = parse(args);
   const std::unique_ptr<Session> run = build(s);
   train::TrainOptions topts{.max_steps = s.a.max_steps};
-  const int64_t resumed_at = s.a.resume.empty() ? -1 : resume(s.a, *run->model, topts);
-  const std::vector<train::CallbackRef> callbacks = make_callbacks(s, *run, resumed_at);
+  std::string trace_row;
+  const int64_t resumed_at = s.a.resume.empty() ? -1 : resume(s.a, *run->model, topts, trace_row);
+  const std::vector<train::CallbackRef> callbacks = make_callbacks(s, *run, resumed_at, trace_row);
   StopSignals signals;  // from here to the exit status: a first SIGINT/SIGTERM only stops training
   RunResult r = train_session(s, *run, callbacks, topts, resumed_at);
   return finish(s, *run, r, t0);
@@ -436,7 +493,7 @@ void add_parallel_options(CLI::App* cmd, TrainArgs& a) {
   cmd->add_option("--check-ranks", a.check_ranks,
                   "Data parallel (mpirun): every N steps compare a hash of every parameter, the loss scale and the step "
                   "counters across the ranks; stop naming the first difference (0: off)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_range(0, kNoMax, std::nullopt, "0: off"));
   cmd->add_option("--grad-allreduce-dtype", a.grad_allreduce_dtype,
                   "Data parallel: f32 | bf16 (half the bytes; summed with f32 arithmetic)")
       ->capture_default_str();
@@ -459,10 +516,13 @@ Command register_train(CLI::App& app) {
   cmd->add_option("--data", a->data,
                   "Directory with MNIST-format IDX files (raw or .gz); for gpt-tiny a text file or folder "
                   "(default: the fortunes in /usr/share/games/fortunes)")->capture_default_str();
-  cmd->add_option("--epochs", a->epochs, "Epochs to train")->capture_default_str();
-  cmd->add_option("--max-steps", a->max_steps, "Stop after this many steps in total (-1: no limit)")->capture_default_str();
-  cmd->add_option("--batch-size", a->batch_size, "Batch size (the last partial batch is dropped)")->capture_default_str();
-  cmd->add_option("--train-samples", a->train_samples, "Use only the first N training samples (-1: all)")->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "Epochs to train")->capture_default_str()->check(integer_range(1, kMaxEpochs));
+  cmd->add_option("--max-steps", a->max_steps, "Stop after this many steps in total (-1: no limit)")->capture_default_str()
+      ->check(integer_range(1, kNoMax, -1, "no limit"));
+  cmd->add_option("--batch-size", a->batch_size, "Batch size (the last partial batch is dropped)")->capture_default_str()
+      ->check(integer_range(1));
+  cmd->add_option("--train-samples", a->train_samples, "Use only the first N training samples (-1: all)")->capture_default_str()
+      ->check(integer_range(1, kNoMax, -1, "all"));
   cmd->add_option("--optimizer", a->opt.name, "momentum|sgd|adam|adamw")->capture_default_str()
       ->check(CLI::IsMember({"momentum", "sgd", "adam", "adamw"}));
   cmd->add_option("--lr", a->opt.lr, "Learning rate")->capture_default_str();
@@ -472,15 +532,17 @@ Command register_train(CLI::App& app) {
                   "cosine (from --lr to 0 over the run) | constant (the seed's fixed rate) | step (x0.1 every third)")
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine", "step"}));
-  cmd->add_option("--warmup-steps", a->opt.warmup_steps, "Linear learning-rate warm-up steps")->capture_default_str();
+  cmd->add_option("--warmup-steps", a->opt.warmup_steps, "Linear learning-rate warm-up steps")->capture_default_str()
+      ->check(integer_range(0));
   cmd->add_option("--max-grad-norm", a->max_grad_norm,
                   "Clip the gradients by their global norm, after unscaling (0: off; gpt-tiny: 1.0)")->capture_default_str();
   cmd->add_option("--accumulation-steps", a->accumulation_steps,
                   "Batches per optimizer update (gradients summed; one overflowing batch skips the whole update)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_range(1, int64_t{1} << 20));
   cmd->add_option("--seed", a->seed, "Seed for weights and data order (0 to 2^64-1)")->capture_default_str()
       ->check(seed_validator());
-  cmd->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)")->capture_default_str()
+      ->check(integer_range(0, kMaxThreads, std::nullopt, "0: OMP_NUM_THREADS or all cores"));
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   cmd->add_option("--mode", a->mode,
                   "pynative (eager, each op as it comes) | graph (capture the train step once per input shape, "
@@ -511,8 +573,11 @@ Command register_train(CLI::App& app) {
                   "an existing file is refused unless --resume continues it or --overwrite is given");
   cmd->add_flag("--overwrite", a->overwrite, "Let a new run replace an existing --checkpoint file");
   cmd->add_option("--save-every", a->save_every, "Also save the checkpoint every N steps (needs --checkpoint)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_range(0, kNoMax, std::nullopt, "0: only at the end"));
   cmd->add_option("--resume", a->resume, "Continue a run from a checkpoint it saved (same settings; bit-identical)");
+  cmd->add_flag("--allow-nonfinite-weights", a->allow_nonfinite_weights,
+                "Let --resume continue from a checkpoint whose weights or optimizer state hold NaN/inf (refused "
+                "otherwise; the load warns naming each such tensor)");
   cmd->add_option("--trace", a->trace,
                   "Write a per-step CSV (step, epoch, loss, scale, skipped, overflow, lr); with --resume, continue it");
   cmd->add_flag("--show-precision", a->show_precision, "Print what dtype each cell computes in, before training");
@@ -525,11 +590,12 @@ Command register_train(CLI::App& app) {
                   "or switch the offending cell to fp32 and continue (escalating to its producer, then the whole network; "
                   "exit status 3 if even that overflows)")
       ->capture_default_str()->check(CLI::IsMember({"warn", "stop", "promote"}));
-  cmd->add_option("--grad-stats", a->grad_stats_every, "Gradient statistics every N steps (0: off)")->capture_default_str();
+  cmd->add_option("--grad-stats", a->grad_stats_every, "Gradient statistics every N steps (0: off)")->capture_default_str()
+      ->check(integer_range(0, kNoMax, std::nullopt, "0: off"));
   cmd->add_option("--max-skip-rate", a->max_skip_rate, "Warn when more than this share of steps is skipped after warm-up")
       ->capture_default_str();
   cmd->add_option("--print-every", a->print_every, "Progress line every N steps, N >= 1 (when not a terminal)")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_range(1));
   add_parallel_options(cmd, *a);
   return {cmd, [a, cmd] {
             apply_model_defaults(*a, [cmd](const char* flag) { return cmd->count(flag) > 0; });

@@ -78,18 +78,26 @@ static size_t edit_distance(std::string_view a, std::string_view b) {
 // The first argument, when it is neither an option nor a command, is refused with the closest
 // command's name (CLI11 alone would say "A subcommand is required").
 static void check_command_name(int argc, char** argv, const std::vector<Command>& commands) {
-  if (argc < 2 || argv[1][0] == '-') return;
+  std::string names;
+  for (const Command& c : commands) names += (names.empty() ? "" : ", ") + c.app->get_name();
+  const Hint commands_hint{"the commands are " + names + "; `mixprec --help` describes them"};
+  const std::string_view first(argc < 2 ? "" : argv[1]);
+  if (first == "--help" || first == "-h" || first == "--version") return;
+  as_usage_error([&] {  // CLI11 alone would say "A subcommand is required"
+    MIXPREC_CHECK(argc >= 2, "expected a command (mixprec COMMAND [options])", commands_hint);
+    MIXPREC_CHECK(first[0] != '-', "unknown option '", first, "' before the command: options follow it ",
+                  "(mixprec COMMAND --option)", commands_hint);
+  });
   const std::string_view given(argv[1]);
-  std::string names, closest;
+  std::string closest;
   size_t best = 3;  // suggest only within two edits
   for (const Command& c : commands) {
     if (c.app->get_name() == given) return;
-    names += (names.empty() ? "" : ", ") + c.app->get_name();
     if (const size_t d = edit_distance(given, c.app->get_name()); d < best) best = d, closest = c.app->get_name();
   }
   as_usage_error([&] {
     MIXPREC_CHECK(false, "unknown command '", given, "'", closest.empty() ? "" : "; did you mean " + closest + "?",
-                  Hint{"the commands are " + names + "; `mixprec --help` describes them"});
+                  commands_hint);
   });
 }
 

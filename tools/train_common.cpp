@@ -9,6 +9,7 @@
 #include "cli_error.h"
 #include "mixprec/context.h"
 #include "mixprec/error.h"
+#include "mixprec/io/safetensors.h"
 
 namespace mixprec::cli {
 
@@ -47,7 +48,7 @@ std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std
     for (std::string p; std::getline(ss, p, ',');) parts.push_back(p);
     MIXPREC_CHECK(parts.size() == 3, "--loss-scale ", spec, ": expected dynamic:INIT,FACTOR,WINDOW, e.g. dynamic:65536,2,2000");
     const double init = parse_number(parts[0], "--loss-scale init"), factor = parse_number(parts[1], "--loss-scale factor");
-    const auto window = static_cast<int64_t>(parse_number(parts[2], "--loss-scale window"));
+    const int64_t window = parse_integer_in(parts[2], "--loss-scale " + spec + ": WINDOW", 1, int64_t{1} << 53);
     return with_prefix("--loss-scale " + spec + ": ",
                        [&] { return std::make_shared<amp::DynamicLossScaleManager>(init, factor, window); });
   }
@@ -55,17 +56,61 @@ std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std
   return std::nullopt;
 }
 
+namespace {
+
+// `v` parsed whole as a decimal integer of type T (std::from_chars: no spaces, no '+', no hex,
+// no exponent, in T's range); nullopt otherwise.
+template <class T>
+std::optional<T> whole_integer(const std::string& v) {
+  T x{};
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  return x;
+}
+
+// "" when `v` is an integer in range, else what was expected and what came.
+std::string integer_refusal(const std::string& v, int64_t min, int64_t max, std::optional<int64_t> also,
+                            const std::string& note) {
+  const std::optional<int64_t> x = whole_integer<int64_t>(v);
+  if (x && ((*x >= min && *x <= max) || (also && *x == *also))) return "";
+  std::string range = max == kNoMax ? "at least " + std::to_string(min)
+                                    : "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  if (also) range += " (or " + std::to_string(*also) + (note.empty() ? "" : ": " + note) + ")";
+  else if (!note.empty()) range += " (" + note + ")";
+  return "expected " + std::string(max == kNoMax && !x ? "an integer, " : "") + range + ", got " + v;
+}
+
+}  // namespace
+
 CLI::Validator seed_validator() {
   return CLI::Validator(
       [](std::string& v) {
         if (v.empty()) return std::string();  // main's check of empty values words that case
-        uint64_t seed = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seed);
-        return ec == std::errc() && end == v.data() + v.size()
-                   ? std::string()
-                   : "expected an integer from 0 to 18446744073709551615 (2^64-1), got " + v;
+        return whole_integer<uint64_t>(v) ? std::string()
+                                          : "expected an integer from 0 to 18446744073709551615 (2^64-1), got " + v;
       },
       "", "Seed");
+}
+
+CLI::Validator integer_range(int64_t min, int64_t max, std::optional<int64_t> also, const std::string& note) {
+  return CLI::Validator(
+      [=](std::string& v) { return v.empty() ? std::string() : integer_refusal(v, min, max, also, note); }, "",
+      "IntegerRange");
+}
+
+int64_t parse_integer_in(const std::string& text, const std::string& what, int64_t min, int64_t max) {
+  const std::string why = integer_refusal(text, min, max, std::nullopt, "");
+  MIXPREC_CHECK(why.empty(), what, ": ", why);
+  return *whole_integer<int64_t>(text);
+}
+
+void check_checkpoint_model(const std::string& checkpoint, const std::string& model, const std::string& flag) {
+  const io::Metadata meta = io::read_safetensors_metadata(checkpoint);
+  const auto it = meta.find("cli.model");
+  MIXPREC_CHECK(it == meta.end() || it->second == model, "--checkpoint ", checkpoint, ": saved by a `mixprec train "
+                "--model ", it == meta.end() ? "" : it->second, "` run, but ", flag, " is ", model,
+                Hint{flag == "--model" ? "pass --model " + (it == meta.end() ? "" : it->second)
+                                       : "pass the checkpoint of a `mixprec train --model " + model + "` run"});
 }
 
 DType parse_low_dtype(const std::string& s) {
@@ -125,7 +170,15 @@ void use_device(const std::string& device) {
   if (d.is_cpu()) return;
   ContextOptions c = get_context();
   c.device = d;
-  set_context(c);  // throws: no CUDA backend in this build, or no GPU visible
+  try {
+    set_context(c);  // throws: no CUDA backend in this build, or no GPU visible
+  } catch (const Error& e) {  // the library's hint names its C++ API; this one the flag
+    if (e.internal()) throw;
+    throw Error("--device " + device + ": " + e.message(),
+                "leave --device out (or pass --device cpu) to run on the CPU; CUDA needs a -DMIXPREC_CUDA=ON build "
+                "and a visible GPU (docs/cuda.md)",
+                e.where(), false);
+  }
 }
 
 }  // namespace mixprec::cli

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,23 @@ dataset::Dataset standard_pipeline(dataset::Dataset ds);
 // --seed of train and generate: a decimal integer from 0 to 2^64-1, refused otherwise (CLI11
 // alone would clamp 2^64 to 2^64-1).
 CLI::Validator seed_validator();
+
+// Every other integer option of every command, checked the same way, as text before CLI11
+// converts it (which would clamp 2^64, and take " 5", "+5" or "0x10"): a decimal integer in
+// [min, max], or `also` (e.g. -1: no limit), refused otherwise naming the range, e.g. "expected
+// at least 1 (or -1: no limit), got 0" or "expected an integer from 1 to 1048576, got 1e3".
+inline constexpr int64_t kNoMax = INT64_MAX;
+inline constexpr int64_t kMaxThreads = 65536;  // --threads
+inline constexpr int64_t kMaxEpochs = 1000000;  // --epochs: epochs x batches stays far from overflow
+CLI::Validator integer_range(int64_t min, int64_t max = kNoMax, std::optional<int64_t> also = std::nullopt,
+                             const std::string& note = "");
+// The range check of integer_range for a value outside the command line (e.g. the WINDOW of
+// --loss-scale dynamic:INIT,FACTOR,WINDOW): the value, or an error naming `what` and the range.
+int64_t parse_integer_in(const std::string& text, const std::string& what, int64_t min, int64_t max);
+
+// Refuses a checkpoint that `mixprec train` saved for another model than `model` (its metadata
+// cli.model), naming both: a strict load would list the missing names instead.
+void check_checkpoint_model(const std::string& checkpoint, const std::string& model, const std::string& flag);
 
 // --threads: sets OpenMP's thread count (0 keeps the default); returns the count in use.
 int set_threads(int threads);

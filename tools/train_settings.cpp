@@ -21,9 +21,10 @@ namespace mixprec::cli {
 namespace {
 
 // How a stored setting is compared: as text, as an integer, as a double (bit for bit), only as
-// "promote or not" (--on-overflow: warn and stop do not change the trajectory), or not at all
-// (a different thread count only prints a note).
-enum class Kind { text, integer, real, promote, note };
+// "promote or not" (--on-overflow: warn and stop do not change the trajectory), as a path ("dir/"
+// is "dir"), as the loss-scale manager it makes (an explicit spec equal to the default is the
+// default), or not at all (a different thread count only prints a note).
+enum class Kind { text, integer, real, promote, path, loss_scale, note };
 
 struct SettingSpec {
   const char* key;
@@ -33,7 +34,7 @@ struct SettingSpec {
 
 constexpr SettingSpec kSettings[] = {
     {"cli.model", "--model", Kind::text},
-    {"cli.data", "--data", Kind::text},
+    {"cli.data", "--data", Kind::path},
     {"cli.seed", "--seed", Kind::integer},
     {"cli.batch_size", "--batch-size", Kind::integer},
     {"cli.train_samples", "--train-samples", Kind::integer},
@@ -51,7 +52,7 @@ constexpr SettingSpec kSettings[] = {
     {"cli.black_list", "--black-list", Kind::text},
     {"cli.dtype", "--dtype", Kind::text},
     {"cli.keep_batchnorm_fp32", "--keep-batchnorm-fp32", Kind::text},
-    {"cli.loss_scale", "--loss-scale", Kind::text},
+    {"cli.loss_scale", "--loss-scale", Kind::loss_scale},
     {"cli.on_overflow", "--on-overflow", Kind::promote},
     {"cli.grad_allreduce_dtype", "--grad-allreduce-dtype", Kind::text},
     {"cli.threads", "--threads", Kind::note},
@@ -79,7 +80,27 @@ std::optional<std::pair<bool, uint64_t>> parse_integer(const std::string& s) {
   return std::pair{negative && magnitude != 0, magnitude};
 }
 
-bool same(Kind kind, const std::string& a, const std::string& b) {
+// A path as written, normalised: "dir/", "dir/." and "./dir" are "dir".
+std::string normal_path(const std::string& p) {
+  std::string n = std::filesystem::path(p).lexically_normal().string();
+  if (n.size() > 1 && n.back() == '/') n.pop_back();
+  return n;
+}
+
+// What a --loss-scale spec makes: the manager's description, "none", or the spec itself when it
+// does not parse; "default" is the level's default, which is the dynamic manager's defaults at O2
+// (amp::build_train_network), none otherwise. The level is the same in both runs (compared first).
+std::string loss_scale_identity(const std::string& spec, const std::string& level) {
+  try {
+    const auto m = parse_loss_scale(spec == "default" && level == "O2" ? "dynamic" : spec);
+    if (!m) return "none";
+    return *m ? (*m)->description() : "none";
+  } catch (const Error&) {
+    return spec;
+  }
+}
+
+bool same(Kind kind, const std::string& a, const std::string& b, const std::string& level) {
   switch (kind) {
     case Kind::integer: {
       const auto x = parse_integer(a), y = parse_integer(b);
@@ -91,6 +112,8 @@ bool same(Kind kind, const std::string& a, const std::string& b) {
       return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
     }
     case Kind::promote: return (a == "promote") == (b == "promote");
+    case Kind::path: return normal_path(a) == normal_path(b);
+    case Kind::loss_scale: return a == b || loss_scale_identity(a, level) == loss_scale_identity(b, level);
     case Kind::text:
     case Kind::note: return a == b;
   }
@@ -164,9 +187,10 @@ void validate(const TrainArgs& a) {
                 std::filesystem::exists(a.resume, ec) ? "not a regular file (" + io::non_regular_kind(a.resume) + ")"
                                                       : std::string("no such file"),
                 Hint{"pass the --checkpoint file of the run to continue"});
-  if (a.checkpoint.empty() || a.overwrite || !std::filesystem::exists(a.checkpoint, ec) ||
-      std::filesystem::is_directory(a.checkpoint, ec))
-    return;  // a directory: check_writable says so
+  MIXPREC_CHECK(!a.overwrite || !a.checkpoint.empty(), "--overwrite: needs --checkpoint FILE (the file it lets "
+                "this run replace)");
+  if (a.checkpoint.empty() || a.overwrite || !std::filesystem::is_regular_file(a.checkpoint, ec))
+    return;  // missing: written at the end; a directory, a device or a FIFO: check_writable says what it is
   const bool continues_it = !a.resume.empty() && std::filesystem::equivalent(a.checkpoint, a.resume, ec);
   MIXPREC_CHECK(continues_it, "--checkpoint ", a.checkpoint, ": the file exists and this run would replace it",
                 Hint{a.resume.empty() ? "pass --resume " + a.checkpoint + " to continue that run, or --overwrite to "
@@ -216,6 +240,9 @@ void check_same_settings(const io::Metadata& stored, const io::Metadata& now, co
   MIXPREC_CHECK(stored.contains("cli.model"), "--resume ", resume,
                 ": the checkpoint was not saved by `mixprec train` (no cli.model in its metadata)",
                 Hint{"resume only from a checkpoint that `mixprec train --checkpoint` wrote"});
+  // The level that decides the default loss scale (a custom list trains at O0: no default scaling).
+  const bool custom = !now.at("cli.white_list").empty() || !now.at("cli.black_list").empty();
+  const std::string level = custom ? "custom" : now.at("cli.amp_level");
   for (const SettingSpec& s : kSettings) {
     const std::string& value = now.at(s.key);
     const auto it = stored.find(s.key);
@@ -224,7 +251,7 @@ void check_same_settings(const io::Metadata& stored, const io::Metadata& now, co
                    "this run's %s %s is the same\n", resume.c_str(), s.flag, s.flag, value.c_str());
       continue;
     }
-    if (same(s.kind, it->second, value)) continue;
+    if (same(s.kind, it->second, value, level)) continue;
     if (s.kind == Kind::note) {
       std::printf("note: the run was saved with %s %s, this run has %s %s: reductions may round differently, so "
                   "the continuation may differ in the last bits from a run that never stopped\n",
@@ -256,10 +283,8 @@ std::vector<comm::JobSetting> job_settings(const TrainArgs& a) {
   std::vector<comm::JobSetting> out;
   for (const SettingSpec& s : kSettings)
     if (s.kind != Kind::note) out.push_back({s.flag, trajectory.at(s.key)});
-  std::string data = std::filesystem::path(a.data).lexically_normal().string();
-  if (data.size() > 1 && data.back() == '/') data.pop_back();  // "dir/" is "dir"
   for (comm::JobSetting& s : out)
-    if (s.name == "--data") s.value = data;
+    if (s.name == "--data") s.value = normal_path(a.data);  // "dir/" is "dir"
   const auto flag = [](bool on) { return std::string(on ? "given" : "not given"); };
   out.insert(out.end(), {{"the size of --data", data_size(a.data)},
                          {"--max-steps", std::to_string(a.max_steps)},

@@ -42,6 +42,7 @@ struct TrainArgs {
   std::string loss_scale = "default";
   std::string report, checkpoint, trace, resume;
   bool overwrite = false;
+  bool allow_nonfinite_weights = false;  // --resume a checkpoint whose tensors hold NaN/inf
   int64_t save_every = 0;
   bool show_precision = false;
   bool no_eval = false;

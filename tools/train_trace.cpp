@@ -20,9 +20,9 @@ std::string csv_safe(std::string v) {
 }
 
 // The bytes of an existing trace to keep when resuming after `step`: the header and the complete
-// rows whose step is <= `step`. -1 when there is no file, or it is not a regular file (a pipe,
-// /dev/stdout): start a new trace.
-int64_t bytes_to_keep(const std::string& path, int64_t step) {
+// rows whose step is <= `step` (< `step` when `replace_last`: that row is rewritten). -1 when there
+// is no file, or it is not a regular file (a pipe, /dev/stdout): start a new trace.
+int64_t bytes_to_keep(const std::string& path, int64_t step, bool replace_last) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return -1;
   std::ifstream in(path, std::ios::binary);
@@ -36,7 +36,7 @@ int64_t bytes_to_keep(const std::string& path, int64_t step) {
   while (std::getline(in, line) && !in.eof()) {  // eof: the last line has no newline (cut short)
     long long row_step = 0;
     std::istringstream fields(line);
-    if (!(fields >> row_step) || fields.peek() != ',' || row_step > step) break;
+    if (!(fields >> row_step) || fields.peek() != ',' || row_step > step || (replace_last && row_step == step)) break;
     keep += static_cast<int64_t>(line.size()) + 1;
   }
   return keep;
@@ -44,22 +44,26 @@ int64_t bytes_to_keep(const std::string& path, int64_t step) {
 
 }  // namespace
 
-TraceWriter::TraceWriter(const std::string& path, int64_t resume_step) {
-  const int64_t keep = resume_step >= 0 ? bytes_to_keep(path, resume_step) : -1;
+TraceWriter::TraceWriter(const std::string& path, int64_t resume_step, const std::string& resume_row) {
+  const bool replace = !resume_row.empty() && resume_row.rfind(std::to_string(resume_step) + ",", 0) == 0 &&
+                       resume_row.back() == '\n';
+  const int64_t keep = resume_step >= 0 ? bytes_to_keep(path, resume_step, replace) : -1;
   file_ = std::make_unique<LineFile>(path, "--trace", keep >= 0, keep);
   if (keep < 0) file_->write(kHeader);
+  if (keep >= 0 && replace) file_->write(resume_row);
 }
 
 void TraceWriter::on_step_end(train::RunContext& c) {
-  if (!error_.empty()) return;
   const amp::StepInfo& s = c.step;
   std::ostringstream row;
   row << c.global_step << ',' << c.epoch + 1 << ',' << s.loss << ',' << s.loss_scale << ',' << (s.skipped ? 1 : 0)
       << ',' << (s.overflow ? 1 : 0) << ',' << s.lr << ',' << s.casts << ',' << s.cast_bytes << ','
       << s.low_flops_fraction << ',' << (s.event ? s.event->op_name : "") << ',' << (s.event ? s.event->phase : "")
       << ',' << (s.event ? csv_safe(s.event->cell) : "") << '\n';
+  last_row_ = row.str();  // after a failed write too: the checkpoint stores it for the resumed trace
+  if (!error_.empty()) return;
   try {
-    file_->write(row.str());
+    file_->write(last_row_);
   } catch (const Error& e) {
     error_ = e.message();
     c.stop_requested = true;

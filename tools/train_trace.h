@@ -1,7 +1,9 @@
 // `mixprec train --trace FILE`: the per-step CSV (step, epoch, loss, scale, skipped, overflow,
 // lr, casts, ...), streamed one flushed row per step. A resumed run continues the trace of the run
-// it resumes: the header and the rows up to the resumed step are kept, later rows (written after
-// the checkpoint by a run that then died) are cut off, and new rows are appended. A failed write
+// it resumes: the header and the rows before the resumed step are kept, the resumed step's row is
+// rewritten from the checkpoint (which stores it: a row cut short by a full disk is replaced, not
+// dropped; kept from the file when an older checkpoint lacks it), later rows (written after the
+// checkpoint by a run that then died) are cut off, and new rows are appended. A failed write
 // stops training after the current step (the checkpoint and report are still written) and the
 // command then fails with the path and the reason.
 #pragma once
@@ -17,17 +19,22 @@ namespace mixprec::cli {
 class TraceWriter : public train::Callback {
  public:
   // `resume_step` < 0: a fresh trace (the file is created or truncated). Otherwise the existing
-  // trace at `path`, if any, is continued after step `resume_step`.
-  TraceWriter(const std::string& path, int64_t resume_step);
+  // trace at `path`, if any, is continued after step `resume_step`, whose row is `resume_row`
+  // (the checkpoint's kTraceRowKey; "": keep the file's row).
+  TraceWriter(const std::string& path, int64_t resume_step, const std::string& resume_row = "");
   void on_step_end(train::RunContext& c) override;
   void on_train_end(train::RunContext& c) override;
   bool may_lag() const override { return true; }  // writes the RunContext only
   // The write error that stopped training ("" if none).
   const std::string& error() const { return error_; }
+  // The row of the last step, written or not (a checkpoint stores it under kTraceRowKey).
+  const std::string& last_row() const { return last_row_; }
+  static constexpr const char* kTraceRowKey = "cli.trace_row";
 
  private:
   std::unique_ptr<LineFile> file_;
   std::string error_;
+  std::string last_row_;
 };
 
 }  // namespace mixprec::cli

@@ -108,28 +108,54 @@ void auto_mixed_precision(nn::Cell& network, std::string_view level, DType dtype
   auto_mixed_precision(network, parse_amp_level(level), dtype);
 }
 
+// The cell classes of nn/ (MindSpore's names; every one the zoo builds from) and the op each
+// runs. Matched ignoring case and '_'.
+constexpr std::pair<const char*, OpId> kCellNames[] = {
+    {"Conv2d", OpId::conv2d},
+    {"Dense", OpId::linear},
+    {"BatchNorm1d", OpId::batch_norm},
+    {"BatchNorm2d", OpId::batch_norm},
+    {"BatchNorm", OpId::batch_norm},
+    {"LayerNorm", OpId::layer_norm},
+    {"Softmax", OpId::softmax},
+    {"LogSoftmax", OpId::log_softmax},
+    {"ReLU", OpId::relu},
+    {"GELU", OpId::gelu},
+    {"MaxPool2d", OpId::max_pool2d},
+    {"AvgPool2d", OpId::avg_pool2d},
+    {"AdaptiveAvgPool2d", OpId::adaptive_avg_pool2d},
+    {"BatchMatMul", OpId::matmul},
+    {"Sigmoid", OpId::sigmoid},
+    {"Tanh", OpId::tanh},
+    {"Embedding", OpId::embedding},
+    {"HSwish", OpId::hardswish},
+    {"Flatten", OpId::view},
+    {"Dropout", OpId::dropout},
+};
+
+// The names a list accepts, for the hint: the cell classes, then the op names that users call.
+static std::string accepted_names() {
+  std::string cells, ops;
+  for (const auto& [n, id] : kCellNames) cells += (cells.empty() ? "" : ", ") + std::string(n);
+  for (const OpInfo& info : kOps)
+    if (info.differentiable_inputs > 0) ops += (ops.empty() ? "" : ", ") + std::string(info.name);
+  return "cell names " + cells + "; op names " + ops;
+}
+
 // Op or MindSpore cell name -> op id.
 static OpId resolve_op(const std::string& name) {
-  static const std::pair<const char*, OpId> kCellNames[] = {
-      {"conv2d", OpId::conv2d},           {"dense", OpId::linear},
-      {"batchnorm1d", OpId::batch_norm},  {"batchnorm2d", OpId::batch_norm},
-      {"batchnorm", OpId::batch_norm},    {"layernorm", OpId::layer_norm},
-      {"softmax", OpId::softmax},         {"logsoftmax", OpId::log_softmax},
-      {"relu", OpId::relu},               {"gelu", OpId::gelu},
-      {"maxpool2d", OpId::max_pool2d},    {"avgpool2d", OpId::avg_pool2d},
-      {"batchmatmul", OpId::matmul},      {"sigmoid", OpId::sigmoid},
-      {"tanh", OpId::tanh},               {"embedding", OpId::embedding},
-      {"hswish", OpId::hardswish},
-  };
   if (auto id = find_op(name)) return *id;
-  std::string key;
-  for (char c : name)
-    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto key = [](std::string_view n) {
+    std::string k;
+    for (char c : n)
+      if (c != '_') k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return k;
+  };
   for (const auto& [n, id] : kCellNames)
-    if (key == n) return id;
-  MIXPREC_CHECK(false, "custom_mixed_precision: unknown op or cell name '", name, "'",
-                Hint{"use op names such as conv2d, linear, matmul, batch_norm, softmax, or cell names "
-                     "such as Conv2d, Dense, BatchNorm2d"});
+    if (key(name) == key(n)) return id;
+  MIXPREC_CHECK(
+      false, "custom_mixed_precision: unknown op or cell name '", name, "'",
+      Hint{"the accepted names (case and '_' ignored for cell names): " + accepted_names()});
   return OpId::add;
 }
 
@@ -157,9 +183,12 @@ static std::string list_refusal(OpId id, const std::string& name, bool white) {
 static OpId resolve_listed(const std::string& name, bool white) {
   const OpId id = resolve_op(name);
   const std::string why = list_refusal(id, name, white);
-  MIXPREC_CHECK(why.empty(), "custom_mixed_precision: ", white ? "white_list" : "black_list", ": ", why,
-                Hint{white ? "its tensors run in the low dtype when it is left off a black list (or at O2)"
-                           : "list the compute ops around it instead"});
+  MIXPREC_CHECK(
+      why.empty(), "custom_mixed_precision: ", white ? "white_list" : "black_list", ": ", why,
+      Hint{white ? "its tensors run in the low dtype when it is left off a black list (or at O2)"
+                 : "leave '" + name +
+                       "' off the list: it follows its input's dtype, so list the "
+                       "compute ops around it instead"});
   return id;
 }
 

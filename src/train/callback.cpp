@@ -83,13 +83,19 @@ void ProgressBar::on_step_end(RunContext& ctx) {
     const int filled = static_cast<int>(width * ctx.step_in_epoch / std::max<int64_t>(ctx.steps_per_epoch, 1));
     std::printf("\repoch %lld/%lld [%.*s%*s] %lld/%lld loss %.4f scale %g %.0f samples/s ",
                 static_cast<long long>(ctx.epoch + 1), static_cast<long long>(ctx.epochs), filled,
-                "##############################", width - filled, "", static_cast<long long>(ctx.step_in_epoch),
-                static_cast<long long>(ctx.steps_per_epoch), ema_loss_, ctx.step.loss_scale, rate);
+                "##############################", width - filled, "",
+                static_cast<long long>(ctx.step_in_epoch),
+                static_cast<long long>(ctx.steps_per_epoch),
+                ema_loss_ < 0 ? ctx.step.loss : ema_loss_, ctx.step.loss_scale, rate);
   } else if (ctx.step_in_epoch % every_ == 0 || ctx.step_in_epoch == ctx.steps_per_epoch) {
-    std::printf("epoch %lld/%lld step %lld/%lld loss %.4f (smoothed %.4f) scale %g lr %g %.0f samples/s%s\n",
+    // The smoothed loss exists once a step had a finite loss (ema_loss_ < 0: none has yet).
+    char smoothed[48] = "no finite loss so far";
+    if (ema_loss_ >= 0) std::snprintf(smoothed, sizeof smoothed, "smoothed %.4f", ema_loss_);
+    std::printf("epoch %lld/%lld step %lld/%lld loss %.4f (%s) scale %g lr %g %.0f samples/s%s\n",
                 static_cast<long long>(ctx.epoch + 1), static_cast<long long>(ctx.epochs),
-                static_cast<long long>(ctx.step_in_epoch), static_cast<long long>(ctx.steps_per_epoch),
-                ctx.step.loss, ema_loss_, ctx.step.loss_scale, ctx.step.lr, rate, ctx.step.skipped ? " [skipped]" : "");
+                static_cast<long long>(ctx.step_in_epoch),
+                static_cast<long long>(ctx.steps_per_epoch), ctx.step.loss, smoothed,
+                ctx.step.loss_scale, ctx.step.lr, rate, ctx.step.skipped ? " [skipped]" : "");
   }
   std::fflush(stdout);
 }

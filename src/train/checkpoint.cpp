@@ -181,6 +181,8 @@ std::map<std::string, std::string> saved_kernel_choices(const std::string& text,
 ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) {
   const std::string file = path.string();
   io::SafetensorsFile f = io::read_safetensors(path);
+  for (const auto& w : f.warnings)
+    std::fprintf(stderr, "mixprec: warning: %s: %s\n", file.c_str(), w.c_str());
   const io::Metadata& m = f.metadata;
   auto fmt = m.find("format");
   MIXPREC_CHECK(fmt != m.end() && fmt->second == "mixprec-training-state", file,

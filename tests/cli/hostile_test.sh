@@ -4,7 +4,8 @@
 # 0). A row fails when the status differs, the phrase is missing, or the command dies by a signal,
 # hangs (60 s) or prints "terminate called". Usage: hostile_test.sh MIXPREC [TABLE] (TABLE defaults
 # to hostile_cases.tsv beside this script). The rows' shell sees $M (the binary), $D (fixtures
-# made here: tiny MNIST data, a simplenet and a gpt-tiny checkpoint, a report, traces, a FIFO),
+# made here: tiny MNIST data, a simplenet and a gpt-tiny checkpoint, a report, traces, a FIFO,
+# a checkpoint holding a NaN, one of a finished run, files that are no checkpoint),
 # $T (a 1-step simplenet run on $D/mnist) and $G (a 1-step gpt-tiny run without --data).
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -12,8 +13,8 @@ table="${2:-$(dirname "$0")/hostile_cases.tsv}"
 [ -r "$table" ] || fail "no table $table"
 D="$dir/d"
 mkdir -p "$D"
-T="--data $D/mnist --no-eval --max-steps 1 --batch-size 16 --threads 2 --print-every 1000"
-G="--model gpt-tiny --no-eval --max-steps 1 --batch-size 4 --train-samples 8 --threads 2 --print-every 1000"
+T="--data $D/mnist --no-eval --max-steps 1 --batch-size 16 --threads 2 --print-every 1000 --dtype bf16"
+G="--model gpt-tiny --no-eval --max-steps 1 --batch-size 4 --train-samples 8 --threads 2 --print-every 1000 --dtype bf16"
 export M D T G
 
 # Fixtures.
@@ -43,6 +44,19 @@ echo '[1, 2]' > "$D/arr.json"
 echo '{"amp_level": "O2"}' > "$D/nomodel.json"
 head -c 100 "$D/r.json" > "$D/cut.json"
 touch "$D/exists.safetensors"
+# A checkpoint whose first tensor starts with a NaN (a resume refuses it unless asked).
+python3 -c 'import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+b[8 + n:12 + n] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)' "$D/ck.safetensors" "$D/nan.safetensors" || fail "could not make the NaN fixture"
+# A run that finished its epochs (1 step of 1 epoch): nothing is left to train.
+# shellcheck disable=SC2086
+"$M" train --data "$D/mnist" --no-eval --train-samples 16 --batch-size 16 --epochs 1 --threads 2 \
+  --checkpoint "$D/done.safetensors" > /dev/null || fail "the finished-run fixture failed"
+printf 'not a checkpoint at all, just some text\n' > "$D/text.safetensors"
+: > "$D/empty.safetensors"
+head -c 100 "$D/ck.safetensors" > "$D/cut.safetensors"
 
 # The rows: name, status, phrase, command (tab-separated; '#' starts a comment line).
 rows=0 failed=0

@@ -31,8 +31,8 @@ expect_error "--max-steps: expected at least 1" train --max-steps -2
 expect_error "--train-samples: expected at least 1 (or -1: all), got 0" train --train-samples 0
 expect_error "--train-samples: expected at least 1 (or -1: all), got -5" train --train-samples -5
 expect_error "--warmup-steps: expected at least 0, got -1" train --warmup-steps -1
-expect_error "--epochs: expected at least 1, got -1" train --epochs -1
-expect_error "--epochs: expected at least 1, got 0" train --epochs 0
+expect_error "--epochs: expected an integer from 1 to 1000000, got -1" train --epochs -1
+expect_error "--epochs: expected an integer from 1 to 1000000, got 0" train --epochs 0
 expect_error "--batch-size: expected at least 1, got 0" train --batch-size 0
 expect_error "--lr: expected a finite number > 0, got 0" train --lr 0
 expect_error "--lr: expected a finite number > 0, got nan" train --lr nan
@@ -43,7 +43,7 @@ expect_error "--save-every: expected at least 0" train --save-every -1 --checkpo
 expect_error "--save-every 5: needs --checkpoint FILE" train --save-every 5
 expect_error "--grad-stats: expected at least 0" train --grad-stats -1
 expect_error "--max-skip-rate: expected a number in \[0, 1\], got 1.5" train --max-skip-rate 1.5
-expect_error "--threads: expected at least 0" train --threads -1
+expect_error "--threads: expected an integer from 0 to 65536" train --threads -1
 expect_error "--seed: expected an integer from 0 to 18446744073709551615 (2^64-1), got -5" train --seed -5
 expect_error "--resume /nonexistent.safetensors: no such file" train --resume /nonexistent.safetensors
 # Unparsable numbers.
