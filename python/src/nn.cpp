@@ -11,23 +11,51 @@ namespace {
 using nn::Cell;
 template <class C> using CellClass = py::class_<C, Cell, std::shared_ptr<C>>;
 
-// A Cell whose construct is written in Python.
+// A Cell whose construct is written in Python; what it returns must be a Tensor (a construct
+// that forgot its `return` gives None: a TypeError naming the class, not a signature dump later).
 class PyCell : public Cell {
  public:
-  Tensor construct(const Tensor& x) override { PYBIND11_OVERRIDE_NAME(Tensor, Cell, "construct", construct, x); }
-  Tensor construct(const Tensor& x, const Tensor& y) override {
-    PYBIND11_OVERRIDE_NAME(Tensor, Cell, "construct", construct, x, y);
-  }
+  Tensor construct(const Tensor& x) override { return call_construct(x); }
+  Tensor construct(const Tensor& x, const Tensor& y) override { return call_construct(x, y); }
   // The Python class name, for repr, the precision table and overflow provenance.
   std::string type_name() const override {
     py::gil_scoped_acquire gil;
     const py::function f = py::get_override(static_cast<const Cell*>(this), "construct");
     return f ? py::str(f.attr("__self__").get_type().attr("__name__")).cast<std::string>() : "Cell";
   }
+
+ private:
+  template <class... Args>
+  Tensor call_construct(const Args&... args) {
+    py::gil_scoped_acquire gil;
+    const py::function f = py::get_override(static_cast<const Cell*>(this), "construct");
+    if (!f) return Cell::construct(args...);
+    const py::object out = f(args...);
+    if (py::isinstance<Tensor>(out)) return out.cast<Tensor>();
+    const std::string cls = py::str(f.attr("__self__").get_type().attr("__name__"));
+    throw py::type_error(cls + ".construct returned " +
+                         (out.is_none() ? std::string("None (is a `return` missing?)")
+                                        : "a " + std::string(py::str(py::type::of(out).attr("__name__")))) +
+                         "; a cell's construct must return a Tensor");
+  }
 };
+
+// Whether Cell.__init__ has run for `self` (a Python subclass that assigns before
+// super().__init__() has no C++ Cell yet: using it would crash).
+bool cell_initialized(const py::object& self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  return inst->get_value_and_holder().holder_constructed();
+}
 
 // MindSpore's attribute registration: `self.fc = nn.Dense(...)`, `self.w = Parameter(...)`.
 void cell_setattr(const py::object& self, const py::str& name, const py::object& value) {
+  if (!cell_initialized(self)) {
+    if (py::isinstance<Cell>(value) || py::isinstance<Parameter>(value))
+      throw py::type_error(std::string(py::str(py::type::of(self).attr("__name__"))) + ".__init__ assigned '" +
+                           std::string(name) + "' before Cell.__init__ ran: call super().__init__() first in __init__");
+    if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0) throw py::error_already_set();
+    return;
+  }
   Cell& cell = self.cast<Cell&>();
   if (dynamic_cast<PyCell*>(&cell)) {
     if (py::isinstance<Cell>(value)) cell.register_cell(name, value.cast<std::shared_ptr<Cell>>());

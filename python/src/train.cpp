@@ -13,6 +13,16 @@ using optim::Optimizer;
 
 template <class O> using OptimizerClass = py::class_<O, Optimizer, std::shared_ptr<O>>;
 
+// An optimizer's learning_rate: a LearningRate, or a number made into one here, so that a bad
+// number (nan, inf, -1) gets the library's learning-rate message, not pybind11's list of signatures.
+optim::LearningRate learning_rate_arg(const py::object& lr) {
+  if (py::isinstance<optim::LearningRate>(lr)) return lr.cast<optim::LearningRate>();
+  if ((py::isinstance<py::float_>(lr) || py::isinstance<py::int_>(lr)) && !py::isinstance<py::bool_>(lr))
+    return optim::LearningRate(lr.cast<double>());
+  throw py::type_error("learning_rate: expected a number or a LearningRate, got a " +
+                       std::string(py::str(py::type::of(lr).attr("__name__"))));
+}
+
 void bind_optimizers(Modules& m) {
   py::class_<optim::LearningRate>(m.nn, "LearningRate", "A learning rate as a function of the step; a float converts.")
       .def(py::init<double>(), "learning_rate"_a)
@@ -37,24 +47,27 @@ void bind_optimizers(Modules& m) {
       .def_property_readonly("global_step", &Optimizer::global_step)
       .def("get_lr", &Optimizer::learning_rate);
   OptimizerClass<optim::Momentum>(m.nn, "Momentum")
-      .def(py::init([](py::object params, optim::LearningRate lr, double momentum, double wd, bool nesterov) {
-             return std::make_shared<optim::Momentum>(tensor_list_arg(params, "params"), lr, momentum, wd, nesterov);
+      .def(py::init([](py::object params, py::object lr, double momentum, double wd, bool nesterov) {
+             return std::make_shared<optim::Momentum>(tensor_list_arg(params, "params"), learning_rate_arg(lr), momentum,
+                                                      wd, nesterov);
            }),
            "params"_a, "learning_rate"_a, "momentum"_a, "weight_decay"_a = 0.0, "use_nesterov"_a = false);
   OptimizerClass<optim::SGD>(m.nn, "SGD")
-      .def(py::init([](py::object params, optim::LearningRate lr, double wd) {
-             return std::make_shared<optim::SGD>(tensor_list_arg(params, "params"), lr, wd);
+      .def(py::init([](py::object params, py::object lr, double wd) {
+             return std::make_shared<optim::SGD>(tensor_list_arg(params, "params"), learning_rate_arg(lr), wd);
            }),
            "params"_a, "learning_rate"_a = 0.1, "weight_decay"_a = 0.0);
   OptimizerClass<optim::Adam>(m.nn, "Adam")
-      .def(py::init([](py::object params, optim::LearningRate lr, double b1, double b2, double eps, double wd) {
-             return std::make_shared<optim::Adam>(tensor_list_arg(params, "params"), lr, b1, b2, eps, wd);
+      .def(py::init([](py::object params, py::object lr, double b1, double b2, double eps, double wd) {
+             return std::make_shared<optim::Adam>(tensor_list_arg(params, "params"), learning_rate_arg(lr), b1, b2, eps,
+                                                  wd);
            }),
            "params"_a, "learning_rate"_a = 1e-3, "beta1"_a = 0.9, "beta2"_a = 0.999, "eps"_a = 1e-8,
            "weight_decay"_a = 0.0);
   py::class_<optim::AdamW, optim::Adam, std::shared_ptr<optim::AdamW>>(m.nn, "AdamW")
-      .def(py::init([](py::object params, optim::LearningRate lr, double b1, double b2, double eps, double wd) {
-             return std::make_shared<optim::AdamW>(tensor_list_arg(params, "params"), lr, b1, b2, eps, wd);
+      .def(py::init([](py::object params, py::object lr, double b1, double b2, double eps, double wd) {
+             return std::make_shared<optim::AdamW>(tensor_list_arg(params, "params"), learning_rate_arg(lr), b1, b2, eps,
+                                                   wd);
            }),
            "params"_a, "learning_rate"_a = 1e-3, "beta1"_a = 0.9, "beta2"_a = 0.999, "eps"_a = 1e-8,
            "weight_decay"_a = 1e-2);
@@ -215,9 +228,6 @@ py::tuple call_and_differentiate(const py::function& fn, const py::args& args, c
     call_args.append(py::isinstance<Tensor>(args[i]) ? py::cast(detail::input_leaf(i, positions, inputs, args[i].cast<Tensor>()))
                                                      : py::reinterpret_borrow<py::object>(args[i]));
   py::object out = fn(*call_args);
-  if (has_aux && !((py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) && py::len(out) >= 2))
-    throw py::value_error("value_and_grad(has_aux=True): the function must return more than one output (the value "
-                          "to differentiate, then the aux outputs), as in MindSpore; drop has_aux=True for one output");
   std::vector<Tensor> values = tensors_of(out);
   if (has_aux) values.resize(1);
   ValueAndGrad r;
