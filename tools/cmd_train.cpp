@@ -447,8 +447,9 @@ int finish(const Setup& s, Session& run, RunResult& r, std::chrono::steady_clock
                             agreed(!r.interrupted.empty() || !r.guard.stop_reason().empty(), r.par));
   note_stop_signal(r, model, announced);
   const bool checkpoint_saved = !a.checkpoint.empty() && attempt(errors, [&] {
-    io::Metadata extra = s.settings;  // and the last trace row, which a resumed trace rewrites
-    if (run.trace && !run.trace->last_row().empty()) extra[TraceWriter::kTraceRowKey] = run.trace->last_row();
+    io::Metadata extra = s.settings;  // and the trace row a failed write left out, which a resumed trace rewrites
+    if (run.trace && !run.trace->error().empty() && !run.trace->last_row().empty())
+      extra[TraceWriter::kTraceRowKey] = run.trace->last_row();
     with_prefix("--checkpoint ", [&] { train::save_training_state(a.checkpoint, model, extra); });
     std::printf("saved checkpoint %s (fp32 weights + training state for --resume)\n", a.checkpoint.c_str());
   });

@@ -1,9 +1,10 @@
 // `mixprec train --trace FILE`: the per-step CSV (step, epoch, loss, scale, skipped, overflow,
 // lr, casts, ...), streamed one flushed row per step. A resumed run continues the trace of the run
-// it resumes: the header and the rows before the resumed step are kept, the resumed step's row is
-// rewritten from the checkpoint (which stores it: a row cut short by a full disk is replaced, not
-// dropped; kept from the file when an older checkpoint lacks it), later rows (written after the
-// checkpoint by a run that then died) are cut off, and new rows are appended. A failed write
+// it resumes: the header and the rows up to the resumed step are kept, later rows (written after
+// the checkpoint by a run that then died) are cut off, and new rows are appended. When a write
+// failed (a full disk), the checkpoint saved at the end stores the last step's row (kTraceRowKey;
+// only then, so that a trace leaves the checkpoint byte-identical), and the resumed trace rewrites
+// that step's row from it: a row cut short is replaced, not dropped. A failed write
 // stops training after the current step (the checkpoint and report are still written) and the
 // command then fails with the path and the reason.
 #pragma once
@@ -27,7 +28,8 @@ class TraceWriter : public train::Callback {
   bool may_lag() const override { return true; }  // writes the RunContext only
   // The write error that stopped training ("" if none).
   const std::string& error() const { return error_; }
-  // The row of the last step, written or not (a checkpoint stores it under kTraceRowKey).
+  // The row of the last step, written or not (after a failed write a checkpoint stores it under
+  // kTraceRowKey).
   const std::string& last_row() const { return last_row_; }
   static constexpr const char* kTraceRowKey = "cli.trace_row";
 

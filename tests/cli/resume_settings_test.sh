@@ -25,7 +25,8 @@ refused "--optimizer momentum, this run has --optimizer adam" "${base[@]}" --lr 
 refused "--lr-schedule cosine, this run has --lr-schedule constant" "${base[@]}" --lr 1e-7 --lr-schedule constant
 refused "--amp-level O2, this run has --amp-level O1" "${base[@]}" --lr 1e-7 --amp-level O1
 refused "--dtype bf16, this run has --dtype f16" "${base[@]}" --lr 1e-7 --dtype f16
-refused "--loss-scale default, this run has --loss-scale dynamic" "${base[@]}" --lr 1e-7 --loss-scale dynamic
+refused "--loss-scale default, this run has --loss-scale dynamic:1024,2,2000" "${base[@]}" --lr 1e-7 \
+  --loss-scale dynamic:1024,2,2000
 refused "--keep-batchnorm-fp32 default, this run has --keep-batchnorm-fp32 false" "${base[@]}" --lr 1e-7 \
   --keep-batchnorm-fp32 false
 refused "the run was saved with --white-list , this run has --white-list Dense" "${base[@]}" --lr 1e-7 --white-list Dense
