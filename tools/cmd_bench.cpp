@@ -214,8 +214,6 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-// One model in one configuration (checked by run_bench): times it, prints its lines, returns
-// its report.
 // --profile: each (op, phase, kernel) of the timed steps, its time a step and its share of the
 // kernels' time, the most first; the kernels' total against the step's median and floor. Every
 // dispatch is timed on its own, so on a GPU a kernel's time is its launch, not its run.
@@ -233,6 +231,8 @@ void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, doub
                 r.impl.c_str());
 }
 
+// One model in one configuration (checked by run_bench): times it, prints its lines, returns
+// its report.
 nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   const int threads = set_threads(a.threads);
   const AmpLevel level = parse_amp_level(a.amp_level);
