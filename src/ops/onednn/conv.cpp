@@ -260,7 +260,10 @@ void run_bwd_weights(const BwdWeightsEntry& e, const Tensor& x, const Tensor& dy
   if (e.dw_reorder) execute(*e.dw_reorder, {{DNNL_ARG_FROM, out_dw}, {DNNL_ARG_TO, user_dw}});
 }
 
+// What the primitive computes in is the CPU's (computes_in), whether or not the f32 route is a
+// candidate too (measured kernel choice times both).
 std::string dtype_reason(DType d) {
+  if (computes_in(d)) return "";
   return why_not_via_f32(d).empty() ? std::string(dtype_name(d)) + " runs through low_via_f32"
                                     : why_not_computes_in(d);
 }

@@ -14,15 +14,22 @@ void register_onednn_kernels() {
   register_kernel<MatmulProblem>({"onednn", kCpu, matmul_declines, onednn::matmul});
   register_kernel(low_via_f32<why_not_via_f32, matmul_declines, onednn::matmul>(kCpu));
 
+  // Convolutions through f32 chunk by chunk of images (in cache, the 16-bit problem's peak
+  // memory), and after them whole (one oneDNN call on widened tensors): in the fixed order the
+  // whole form never runs; measured kernel choice takes it where fewer, larger calls win.
   register_kernel<ConvFwdProblem>({"onednn", kCpu, conv_fwd_declines, conv_fwd});
   register_kernel(low_via_f32_batched<why_not_via_f32, conv_fwd_declines, conv_fwd>(kCpu));
+  register_kernel(low_via_f32<why_not_via_f32, conv_fwd_declines, conv_fwd>(kCpu));
   register_kernel<ConvBwdDataProblem>({"onednn", kCpu, conv_bwd_data_declines, conv_bwd_data});
   register_kernel(
       low_via_f32_batched<why_not_via_f32, conv_bwd_data_declines, conv_bwd_data>(kCpu));
+  register_kernel(low_via_f32<why_not_via_f32, conv_bwd_data_declines, conv_bwd_data>(kCpu));
   register_kernel<ConvBwdWeightsProblem>(
       {"onednn", kCpu, conv_bwd_weights_declines, conv_bwd_weights});
   register_kernel(
       low_via_f32_batched<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
+  register_kernel(
+      low_via_f32<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
 
   register_kernel<PoolFwdProblem>({"onednn", kCpu, pool_fwd_declines, pool_fwd});
   register_kernel<PoolBwdProblem>({"onednn", kCpu, pool_bwd_declines, pool_bwd});
