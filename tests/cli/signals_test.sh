@@ -4,7 +4,8 @@
 # it, and exits 130 (SIGINT) or 143 (SIGTERM). The printed command resumes the run. A second
 # signal aborts at once (nothing saved). A signal that arrives while the run finishes (here: while
 # its report is being written) is not lost: exit 143 with the message. A signal that was ignored
-# when mixprec started (nohup, `cmd &` in a script) stays ignored.
+# when mixprec started (nohup, `cmd &` in a script) stays ignored. A stop after the last step
+# prints the `mixprec eval` command that runs the skipped final evaluation.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 pid=
@@ -111,4 +112,19 @@ kill -TERM "$pid"
 wait "$pid"; rc=$?; pid=
 [ $rc -eq 143 ] || fail "SIGINT ignored at start: exit status $rc after SIGTERM, expected 143: $(cat "$dir/ignored.err")"
 ! grep -q "stopped by SIGINT" "$dir/ignored.err" || fail "an ignored SIGINT stopped the run"
-echo "SIGINT and SIGTERM stop gracefully, also while finishing; a second signal aborts; an ignored one stays ignored"
+
+# A signal after the last step (here during the last epoch's evaluation of 20000 test samples) skips
+# the final evaluation: the command says so and prints the `mixprec eval` command that runs it.
+make_tiny_data "$dir/big" 20000
+env --default-signal=INT,TERM "$M" train --data "$dir/big" --train-samples 32 --batch-size 16 --epochs 1 \
+  --threads 2 --dtype bf16 --print-every 1 --checkpoint "$dir/last.safetensors" > "$dir/last.out" 2> "$dir/last.err" &
+pid=$!
+wait_progress last 2
+kill -TERM "$pid"
+wait "$pid"; rc=$?; pid=
+[ $rc -eq 143 ] || fail "SIGTERM after the last step: exit status $rc, expected 143: $(cat "$dir/last.err")"
+grep -q "the final evaluation was skipped (stopped by SIGTERM); evaluate the saved checkpoint with:" "$dir/last.out" &&
+  grep -qF "  mixprec eval --model simplenet --checkpoint $dir/last.safetensors --data $dir/big" "$dir/last.out" ||
+  fail "no eval command after a stop at the last step: $(cat "$dir/last.out")"
+echo "SIGINT and SIGTERM stop gracefully, also while finishing; a second signal aborts; an ignored one stays ignored;" \
+  "a stop after the last step prints the eval command"
