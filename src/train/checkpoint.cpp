@@ -194,6 +194,12 @@ ResumeInfo load_training_state(const std::filesystem::path& path, Model& model) 
   MIXPREC_CHECK(level == model.options().amp_level, file, ": saved at amp_level ", level,
                 " but the Model's amp_level is ", model.options().amp_level,
                 Hint{"build the Model with the amp_level of the saved run (ModelOptions::amp_level)"});
+  if (const auto v = m.find("mixprec_version"); v != m.end() && v->second != MIXPREC_VERSION)
+    std::fprintf(
+        stderr,
+        "mixprec: note: %s was saved by mixprec %s, this is %s: the continuation may differ in "
+        "the last bits from a run that never stopped\n",
+        file.c_str(), v->second.c_str(), MIXPREC_VERSION);
   amp::TrainOneStepCell& step = model.train_network();
   optim::Optimizer& opt = step.optimizer();
   const std::string& saved_opt = field_text(m, "optimizer", file);

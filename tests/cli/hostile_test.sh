@@ -50,17 +50,21 @@ b = bytearray(open(sys.argv[1], "rb").read())
 n = struct.unpack("<Q", b[:8])[0]
 b[8 + n:12 + n] = struct.pack("<f", float("nan"))
 open(sys.argv[2], "wb").write(b)' "$D/ck.safetensors" "$D/nan.safetensors" || fail "could not make the NaN fixture"
-# The checkpoint of a run whose last trace row could not be written (a full disk): it stores that
-# row (metadata cli.trace_row), here step 1's row of $D/t.csv.
-python3 -c 'import json, struct, sys
+# with_metadata SRC KEY VALUE DST: the checkpoint SRC with metadata KEY set to VALUE, as DST.
+with_metadata() {
+  python3 -c 'import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-h["__metadata__"]["cli.trace_row"] = open(sys.argv[2]).readlines()[1]
+h["__metadata__"][sys.argv[2]] = sys.argv[3]
 t = json.dumps(h, separators=(",", ":")).encode()
 t += b" " * (-len(t) % 8)
-open(sys.argv[3], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])' "$D/ck.safetensors" "$D/t.csv" \
-  "$D/tracefull.safetensors" || fail "could not make the failed-trace fixture"
+open(sys.argv[4], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])' "$@" || fail "could not make $4"
+}
+# The checkpoint of a run whose last trace row could not be written (a full disk) stores that row
+# (cli.trace_row), here step 1's row of $D/t.csv; one that claims a later mixprec.
+with_metadata "$D/ck.safetensors" cli.trace_row "$(sed -n 2p "$D/t.csv")"$'\n' "$D/tracefull.safetensors"
+with_metadata "$D/ck.safetensors" mixprec_version 99.0.0 "$D/v99.safetensors"
 # A run that finished its epochs (1 step of 1 epoch): nothing is left to train.
 # shellcheck disable=SC2086
 "$M" train --data "$D/mnist" --no-eval --train-samples 16 --batch-size 16 --epochs 1 --threads 2 \
