@@ -1,5 +1,5 @@
 // `mixprec info`: what this build and this machine offer (version, CPU features, converter
-// path, oneDNN) and the f32, bf16 and f16 rates measured now, so that a bug report or a benchmark
+// path, oneDNN) and the f32, bf16 and f16 rates measured here, so that a bug report or a benchmark
 // names what it ran on and a user sees what O2 buys here.
 #include <omp.h>
 
@@ -31,7 +31,7 @@ Command register_info(CLI::App& app) {
 #else
     std::printf("oneDNN: disabled at build time (reference kernels only)\n");
 #endif
-    std::printf("measured now, %d threads (what O2 buys here):\n%s\n", omp_get_max_threads(),
+    std::printf("measured on this machine, %d threads (what O2 buys here):\n%s\n", omp_get_max_threads(),
                 amp::measure_precision_rates().describe().c_str());
     return 0;
   }};

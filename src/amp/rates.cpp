@@ -11,6 +11,7 @@
 #include "mixprec/grad_mode.h"
 #include "mixprec/ops/ops.h"
 #include "mixprec/rng.h"
+#include "ops/kernel_choice.h"
 
 namespace mixprec::amp {
 namespace {
@@ -66,24 +67,45 @@ std::string PrecisionRates::describe() const {
   std::snprintf(buf, sizeof buf,
                 "GEMM 512^3:            f32 %6.0f, bf16 %6.0f, f16 %6.0f GFLOP/s\n"
                 "conv 3x3 64ch 28x28:   f32 %6.0f, bf16 %6.0f, f16 %6.0f GFLOP/s\n"
-                "faster 16-bit type here: %s, %.2fx f32 (%s)",
+                "faster 16-bit type here: %s, %.2fx f32 (%s)%s",
                 gemm_gflops_f32, gemm_gflops_bf16, gemm_gflops_f16, conv_gflops_f32,
                 conv_gflops_bf16, conv_gflops_f16, std::string(dtype_name(low)).c_str(), s,
                 s >= 1.05   ? "O2 computes faster than O0 and halves activation memory"
                 : s >= 0.95 ? "O2 computes about as fast as O0; it halves activation memory"
-                            : "O2 computes slower than O0 here; it halves activation memory");
+                            : "O2 computes slower than O0 here; it halves activation memory",
+                cached ? "\n(measured by an earlier run on this machine: the kernel cache, "
+                         "MIXPREC_CACHE_DIR; delete it to measure again)"
+                       : "");
   return buf;
 }
 
 PrecisionRates measure_precision_rates() {
-  NoGradGuard no_grad;
+  // Measured once per machine (and thread count), then read from the kernel-choice cache: a
+  // decision such as --dtype auto must not flip between runs with the machine's noise.
+  const std::string sig = ops::choice::signature_prefix("precision_rates", "v1") +
+                          "GEMM 512^3, conv 3x3 64->64 channels 28x28 batch 32, GFLOP/s";
+  static constexpr const char* kKeys[] = {"gemm_f32", "gemm_bf16", "gemm_f16",
+                                          "conv_f32", "conv_bf16", "conv_f16"};
   PrecisionRates r;
+  double* fields[] = {&r.gemm_gflops_f32, &r.gemm_gflops_bf16, &r.gemm_gflops_f16,
+                      &r.conv_gflops_f32, &r.conv_gflops_bf16, &r.conv_gflops_f16};
+  if (const auto c = ops::choice::lookup(sig); c && c->seconds.size() == 6) {
+    for (const auto& [key, value] : c->seconds)
+      for (size_t i = 0; i < 6; ++i)
+        if (key == kKeys[i]) *fields[i] = value;
+    r.cached = true;
+    return r;
+  }
+  NoGradGuard no_grad;
   r.gemm_gflops_f32 = gemm_rate(DType::f32);
   r.gemm_gflops_bf16 = gemm_rate(DType::bf16);
   r.gemm_gflops_f16 = gemm_rate(DType::f16);
   r.conv_gflops_f32 = conv_rate(DType::f32);
   r.conv_gflops_bf16 = conv_rate(DType::bf16);
   r.conv_gflops_f16 = conv_rate(DType::f16);
+  ops::choice::Choice c{"rates", {}};
+  for (size_t i = 0; i < 6; ++i) c.seconds.emplace_back(kKeys[i], *fields[i]);  // GFLOP/s here
+  ops::choice::store(sig, c);
   return r;
 }
 

@@ -13,6 +13,7 @@ namespace mixprec::amp {
 struct PrecisionRates {
   double gemm_gflops_f32 = 0, gemm_gflops_bf16 = 0, gemm_gflops_f16 = 0;
   double conv_gflops_f32 = 0, conv_gflops_bf16 = 0, conv_gflops_f16 = 0;
+  bool cached = false;  // read from the kernel-choice cache, measured by an earlier run
   // The combined rate of a dtype: the geometric mean of its GEMM and convolution rates.
   double combined(DType d) const;
   // bf16 unless f16's combined rate is at least 5% higher (bf16 needs no loss scaling to stay in
@@ -26,8 +27,9 @@ struct PrecisionRates {
 };
 
 // Times a 512^3 GEMM and a batch-32 3x3 convolution (64 -> 64 channels at 28x28) in each dtype on
-// the CPU, best of 5 after a warm-up: about 0.2-0.5 s. Without autograd; changes no state but the
-// kernel-choice cache.
+// the CPU, best of 5 after a warm-up: about 0.2-0.5 s, once per machine and thread count; later
+// calls (and runs) read the figures from the kernel-choice cache (ops/kernel_choice.h), so that
+// decisions made from them do not change from run to run. Without autograd.
 PrecisionRates measure_precision_rates();
 
 }  // namespace mixprec::amp
