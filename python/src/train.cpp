@@ -228,6 +228,9 @@ py::tuple call_and_differentiate(const py::function& fn, const py::args& args, c
     call_args.append(py::isinstance<Tensor>(args[i]) ? py::cast(detail::input_leaf(i, positions, inputs, args[i].cast<Tensor>()))
                                                      : py::reinterpret_borrow<py::object>(args[i]));
   py::object out = fn(*call_args);
+  if (has_aux && !((py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) && py::len(out) >= 2))
+    throw py::value_error("value_and_grad(has_aux=True): the function must return more than one output (the value "
+                          "to differentiate, then the aux outputs), as in MindSpore; drop has_aux=True for one output");
   std::vector<Tensor> values = tensors_of(out);
   if (has_aux) values.resize(1);
   ValueAndGrad r;
