@@ -97,6 +97,7 @@ PrecisionRates measure_precision_rates() {
     return r;
   }
   NoGradGuard no_grad;
+  const ops::choice::UnrecordedScope not_the_runs_work;
   r.gemm_gflops_f32 = gemm_rate(DType::f32);
   r.gemm_gflops_bf16 = gemm_rate(DType::bf16);
   r.gemm_gflops_f16 = gemm_rate(DType::f16);

@@ -275,7 +275,15 @@ std::map<std::string, Choice> used() {
   return s.used;
 }
 
+namespace {
+thread_local bool t_unrecorded = false;
+}  // namespace
+
+UnrecordedScope::UnrecordedScope() : prev_(t_unrecorded) { t_unrecorded = true; }
+UnrecordedScope::~UnrecordedScope() { t_unrecorded = prev_; }
+
 void note_used(const std::string& sig, const Choice& c) {
+  if (t_unrecorded) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.used.emplace(sig, c);

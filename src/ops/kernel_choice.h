@@ -65,6 +65,19 @@ void pin(const std::map<std::string, std::string>& kernels);
 // Every choice this process used, by signature (for reports and checkpoints).
 std::map<std::string, Choice> used();
 void note_used(const std::string& sig, const Choice& c);
+// While alive, this thread's dispatches are left out of used(): work that is not the run's own
+// (a measurement of the machine), so that a checkpoint records the same kernels whether or not
+// its run did that work.
+class UnrecordedScope {
+ public:
+  UnrecordedScope();
+  ~UnrecordedScope();
+  UnrecordedScope(const UnrecordedScope&) = delete;
+  UnrecordedScope& operator=(const UnrecordedScope&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // The cache file ("" when there is no home for it: then choices live for the process only).
 std::string cache_path();

@@ -28,8 +28,7 @@ void register_onednn_kernels() {
       {"onednn", kCpu, conv_bwd_weights_declines, conv_bwd_weights});
   register_kernel(
       low_via_f32_batched<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
-  register_kernel(
-      low_via_f32<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
+  register_kernel(low_via_f32<why_not_via_f32, conv_bwd_weights_declines, conv_bwd_weights>(kCpu));
 
   register_kernel<PoolFwdProblem>({"onednn", kCpu, pool_fwd_declines, pool_fwd});
   register_kernel<PoolBwdProblem>({"onednn", kCpu, pool_bwd_declines, pool_bwd});
