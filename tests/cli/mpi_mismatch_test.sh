@@ -19,9 +19,10 @@ make_tiny_data "$dir/data" 256
 opts=(--no-eval --threads 1 --print-every 1)
 base=(train --data "$dir/data" "${opts[@]}")  # a mismatched rank stops before it loads the data
 
-# The script each rank runs: mixprec with the arguments, then its status into $dir/rc.RANK.
+# The script each rank runs: mixprec with the arguments, then its status into $dir/rc.RANK,
+# written aside and renamed (mpirun may end a rank mid-write: a file present is then complete).
 # shellcheck disable=SC2016  # expanded by the rank's own bash
-record='"$0" "$@"; rc=$?; echo $rc > "$RC_DIR/rc.$OMPI_COMM_WORLD_RANK"; exit $rc'
+record='"$0" "$@"; rc=$?; f="$RC_DIR/rc.$OMPI_COMM_WORLD_RANK"; echo $rc > "$f.part" && mv "$f.part" "$f"; exit $rc'
 
 # run_job NEEDLE RANKS PARTS...: mpirun PARTS (ended after 60 s); fails on a hang, a crash, an MPI
 # error, a rank that exited 0 or by a signal, or a message other than NEEDLE once, with the hint.
