@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <typeindex>
 #include <unordered_map>
 #include <vector>
@@ -56,7 +57,7 @@ bool kernel_disabled(std::string_view name) {
       []() -> const std::set<std::string, std::less<>>* {
     const char* v = std::getenv("MIXPREC_DISABLE_KERNELS");
     if (v == nullptr || *v == '\0') return nullptr;
-    auto* out = new std::set<std::string, std::less<>>();
+    std::set<std::string, std::less<>> out;  // on the heap only once checked: a throw leaks nothing
     std::lock_guard<std::mutex> lock(names_mutex());
     std::string_view rest(v);
     while (!rest.empty()) {
@@ -72,9 +73,9 @@ bool kernel_disabled(std::string_view name) {
         MIXPREC_CHECK(false, "MIXPREC_DISABLE_KERNELS: no kernel is named '", item, "'",
                       Hint{"the kernels of this build: " + known});
       }
-      out->emplace(item);
+      out.emplace(item);
     }
-    return out;
+    return new std::set<std::string, std::less<>>(std::move(out));
   }();
   return disabled != nullptr && disabled->contains(name);
 }
