@@ -1,8 +1,9 @@
 // The cpu backend's vector layer: one source of math for every instruction set. Each ISA is a
 // namespace (simd::avx512: 16 f32 lanes, simd::avx2: 8 lanes with FMA, simd::scalar: one lane)
-// holding the same primitives (fmadd, select, abs, table lookup, loads and stores) under a
-// `#pragma GCC target` region, and each includes simd_math.inc, which writes exp, erf and the
-// activations built on them once, over those primitives. Every fused multiply-add is explicit and
+// holding the same primitives (fmadd, select, abs, table lookup, loads and stores; those the two
+// vector ISAs write alike are in simd_vector.inc) under a `#pragma GCC target` region, and each
+// includes simd_math.inc, which writes exp, erf and the activations built on them once, over
+// those primitives. Every fused multiply-add is explicit and
 // nothing else contracts (the files that include this header build with -ffp-contract=off), so
 // the three ISAs give the same bits for every input: a kernel's result does not depend on the
 // machine, and tests run all three here and compare. Kernels pick theirs with simd::best_isa().
@@ -15,7 +16,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <string>
 
 #include "mixprec/cpu_features.h"
 
@@ -38,11 +38,6 @@ inline Isa best_isa() {
 inline const char* isa_name(Isa isa) {
   return isa == Isa::avx512 ? "avx512" : isa == Isa::avx2 ? "avx2" : "scalar";
 }
-// "" when a kernel that needs at least AVX2 + FMA can run here, else why not (its decline).
-inline std::string needs_avx2_fma() {
-  return best_isa() == Isa::scalar ? "needs AVX2 + FMA + F16C" : "";
-}
-
 // The functions with row kernels (simd_math.inc's activation_rows; erf and exp for tests and
 // future kernels, the rest for the elementwise ops).
 enum class Activation { erf, exp, gelu_erf, gelu_tanh, gelu_erf_grad, gelu_tanh_grad };
@@ -58,20 +53,8 @@ namespace avx512 {
 using V = f32x16;
 using VI = i32x16;
 inline constexpr int kLanes = 16;
-inline V splat(float x) { return V{} + x; }
-inline V loadu(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void storeu(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+#include "ops/cpu/simd_vector.inc"
 inline V fmadd(V a, V b, V c) { return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
-inline V select(VI mask, V a, V b) { return mask ? a : b; }
-inline V abs(V x) { return (V)((VI)x & 0x7FFFFFFF); }
-inline V copysign(V mag, V sgn) { return (V)(((VI)mag & 0x7FFFFFFF) | ((VI)sgn & INT32_MIN)); }
-inline VI to_int(V x) { return __builtin_convertvector(x, VI); }  // toward zero
-inline V to_float(VI x) { return __builtin_convertvector(x, V); }
-inline V from_bits(VI x) { return (V)x; }
 // tab[k] per lane, k in [0, 8).
 inline V lookup8(const float* tab, VI k) {
   return (V)_mm512_maskz_permutexvar_ps(0xFFFF, (__m512i)k, _mm512_maskz_loadu_ps(0xFF, tab));
@@ -86,20 +69,8 @@ namespace avx2 {
 using V = f32x8;
 using VI = i32x8;
 inline constexpr int kLanes = 8;
-inline V splat(float x) { return V{} + x; }
-inline V loadu(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void storeu(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+#include "ops/cpu/simd_vector.inc"
 inline V fmadd(V a, V b, V c) { return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
-inline V select(VI mask, V a, V b) { return mask ? a : b; }
-inline V abs(V x) { return (V)((VI)x & 0x7FFFFFFF); }
-inline V copysign(V mag, V sgn) { return (V)(((VI)mag & 0x7FFFFFFF) | ((VI)sgn & INT32_MIN)); }
-inline VI to_int(V x) { return __builtin_convertvector(x, VI); }
-inline V to_float(VI x) { return __builtin_convertvector(x, V); }
-inline V from_bits(VI x) { return (V)x; }
 inline V lookup8(const float* tab, VI k) {
   return (V)_mm256_permutevar8x32_ps(_mm256_loadu_ps(tab), (__m256i)k);
 }
