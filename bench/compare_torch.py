@@ -32,9 +32,11 @@ What keeps the comparison honest:
   Its O2-f16 runs get MIXPREC_F16_WARMUP untimed steps so that the scale settles first.
 - Both sides run the same work: the zoo's networks layer for layer (defined below), the default
   batches (BATCH), synthetic data, the same thread count, WARMUP untimed steps before each
-  round's timed steps, and the optimizer `mixprec bench` builds for every model
-  (tools/cmd_bench.cpp): Momentum(lr 0.01, momentum 0.9) against torch.optim.SGD(lr=0.01,
-  momentum=0.9), mean softmax cross-entropy on fp32 logits. PyTorch's f16 steps run without a
+  round's timed steps, and each model's training optimizer, which `mixprec bench` takes from the
+  zoo registry as `mixprec train` does (RECIPE; each mixprec report's recipe is checked against
+  it): Momentum(lr 0.01, momentum 0.9) against torch.optim.SGD(lr=0.01, momentum=0.9), AdamW
+  against torch.optim.AdamW with the same rate and weight decay, gpt-tiny's clipping at global
+  norm 1 against clip_grad_norm_, mean softmax cross-entropy on fp32 logits. PyTorch's f16 steps run without a
   GradScaler (mixprec's O2 steps do scale, unscale and check): the peer gets the benefit of the
   doubt. Transformers use F.scaled_dot_product_attention where the PyTorch has it (2.0+), the
   explicit softmax composition otherwise.
@@ -58,6 +60,9 @@ from dataclasses import dataclass, field
 HERE = os.path.abspath(__file__)
 BATCH = {"simplenet": 256, "lenet": 256, "convnet-bn": 256, "mlp": 256, "resnet-small": 64, "vit-tiny": 128,
          "gpt-tiny": 32}
+# Each model's training optimizer (src/nn/zoo.cpp, the registry): (name, lr, weight decay, max grad norm).
+RECIPE = {m: ("Momentum", 0.01, 0.0, 0.0) for m in BATCH}
+RECIPE.update({"vit-tiny": ("AdamW", 1e-3, 0.05, 0.0), "gpt-tiny": ("AdamW", 3e-4, 0.1, 1.0)})
 QUICK_MODELS = ["simplenet", "lenet"]  # --quick: 1 round of QUICK_STEPS steps on these
 QUICK_STEPS = 5
 WARMUP = 5                 # untimed steps before each round's timed steps, on both sides
@@ -170,7 +175,8 @@ def loaded_blas():
 
 def make_step(torch, model, precision, compiled):
     """One training step of `model` as a function of no arguments: zero_grad, forward under the
-    precision's autocast (loss in fp32 outside it), backward, SGD-momentum update."""
+    precision's autocast (loss in fp32 outside it), backward, the model's optimizer (RECIPE), after
+    clipping where it clips."""
     import torch.nn as nn
     torch.manual_seed(0)
     batch = BATCH[model]
@@ -179,7 +185,11 @@ def make_step(torch, model, precision, compiled):
         x = torch.randint(0, 256, (batch, 128)); y = torch.randint(0, 256, (batch * 128,))
     else:
         x = torch.randn(batch, 1, 28, 28); y = torch.randint(0, 10, (batch,))
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    name, lr, weight_decay, max_grad_norm = RECIPE[model]
+    if name == "AdamW":
+        opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
     dtype = {"fp32": None, "bf16": torch.bfloat16, "f16": torch.float16}[precision]
     if dtype is not None:
@@ -201,6 +211,8 @@ def make_step(torch, model, precision, compiled):
     def step():
         opt.zero_grad(set_to_none=True)
         forward_loss(x, y).backward()
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), max_grad_norm)
         opt.step()
     return step, sum(p.numel() for p in net.parameters())
 
@@ -484,6 +496,11 @@ def run_mixprec(binary, model, fig, steps, threads):
             raise RuntimeError(tail[0][:240])
         with open(report) as f:
             j = json.load(f)
+    rec = j.get("recipe", {})
+    want = RECIPE[model]
+    got = (rec.get("optimizer"), rec.get("lr"), rec.get("weight_decay"), rec.get("max_grad_norm"))
+    if got != want:
+        raise RuntimeError(f"mixprec bench --model {model} built {got}, the peer runs {want}: update RECIPE")
     # bench runs max(warmup, 2) untimed steps first; overflow skips come first, as the scale falls.
     if j["skipped_steps"] > max(warmup, 2):
         raise Refused(f"{j['skipped_steps'] - max(warmup, 2)} timed steps skipped their update (loss-scale overflow)")

@@ -2,7 +2,10 @@
 // zoo model on synthetic data — warm-up first, then the median and minimum over N steps — and
 // reads it against the machine: the GEMM rate and the memory bandwidth are measured on the
 // spot, and floor = GEMM/conv FLOPs / GEMM rate + bytes moved / bandwidth. Writes JSON with
-// --report. Steps use SGD with momentum and the level's default loss scaling, as in training.
+// --report. A step is the one `mixprec train --model X` runs, built by the same code
+// (zoo_recipe.h): the model's optimizer and schedule, its clipping, its AMP level unless
+// --amp-level or --configs names another, the level's default loss scaling; the report's "recipe"
+// says what it was made of. Only the batch differs: synthetic, of the shape and dtype train feeds.
 // --mode both times a pynative and a graph-mode copy of the same network, step for step
 // alternately, so that their ratio comes from one run on a noisy machine. --model takes a comma
 // list (or `all`, every zoo model) and --configs a list of LEVEL:DTYPE: one process times each
@@ -36,6 +39,7 @@
 #include "mixprec/version.h"
 #include "output_file.h"
 #include "train_common.h"
+#include "zoo_recipe.h"
 
 namespace mixprec::cli {
 namespace {
@@ -107,31 +111,37 @@ double measure_bandwidth_gbs() {
   return 2.0 * static_cast<double>(n) / best / 1e9;
 }
 
-// One synthetic batch for `model`: N(0, 1) images with labels i % 10, or for a language model
-// [batch, context] byte tokens (a fixed pseudo-random sequence) with their next bytes as labels,
-// the shapes and dtypes `mixprec train` feeds it.
+// One synthetic batch for `model`, of the shapes and dtypes `mixprec train` feeds it (its
+// registry row's input): for a language model [batch, L] byte tokens (a fixed pseudo-random
+// sequence) with their next bytes as labels, else N(0, 1) images with labels i % classes.
 std::pair<Tensor, Tensor> synthetic_batch(const std::string& model, int64_t batch) {
-  Generator g(7);
-  if (nn::is_language_model(model)) {
-    const int64_t L = nn::GptTiny::kContext;
-    std::vector<uint8_t> tokens(static_cast<size_t>(batch * L));
+  const nn::ZooInput& in = nn::zoo_model(model).input;
+  Shape shape{batch};
+  shape.insert(shape.end(), in.sample.begin(), in.sample.end());
+  if (nn::zoo_model(model).language_model) {
+    MIXPREC_ASSERT(in.sample.size() == 1 && in.dtype == DType::u8 && in.classes <= 256, "byte tokens");
+    const size_t L = static_cast<size_t>(in.sample[0]);
+    std::vector<uint8_t> tokens(static_cast<size_t>(batch) * L);
     std::vector<int32_t> next(tokens.size());
     uint32_t s = 7;
     for (size_t i = 0; i < tokens.size(); ++i) {
       s = s * 1664525u + 1013904223u;  // an LCG's high byte: every byte value occurs
       tokens[i] = static_cast<uint8_t>(s >> 24);
-      if (i % static_cast<size_t>(L) != 0) next[i - 1] = tokens[i];
+      if (i % L != 0) next[i - 1] = tokens[i];
     }
-    for (size_t r = 1; r <= static_cast<size_t>(batch); ++r) next[r * static_cast<size_t>(L) - 1] = 32;
-    return {Tensor::from_vector(tokens, {batch, L}), Tensor::from_vector(next, {batch, L})};
+    for (size_t r = 1; r <= static_cast<size_t>(batch); ++r) next[r * L - 1] = 32;
+    return {Tensor::from_vector(tokens, shape), Tensor::from_vector(next, shape)};
   }
+  MIXPREC_ASSERT(in.dtype == DType::f32, "float images");
+  Generator g(7);
   std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
-  return {randn({batch, 1, 28, 28}, g), Tensor::from_vector(labels, {batch})};
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % static_cast<size_t>(in.classes));
+  return {randn(shape, g), Tensor::from_vector(labels, {batch})};
 }
 
 struct BenchArgs {
-  std::string model = "mlp", amp_level = "O2", dtype = "bf16", loss_scale = "default", mode = "pynative", report;
+  // amp_level "": the model's training level (its registry row).
+  std::string model = "mlp", amp_level, dtype = "bf16", loss_scale = "default", mode = "pynative", report;
   std::string configs;  // LEVEL:DTYPE,... (empty: --amp-level and --dtype)
   int64_t batch_size = 0, steps = 20, warmup = 5;
   int threads = 0;
@@ -139,13 +149,16 @@ struct BenchArgs {
   bool profile = false;
 };
 
-// One network trained in one execution mode, and what its timed steps measured.
+// One network trained in one execution mode, and what its timed steps measured: the network,
+// loss, optimizer and Model that `mixprec train` builds for the same settings (`settings`).
 struct Runner {
   Mode mode = Mode::pynative;
+  TrainArgs settings;
   std::shared_ptr<nn::Cell> net;
   std::unique_ptr<nn::SoftmaxCrossEntropyWithLogits> loss_fn;
-  std::unique_ptr<optim::Momentum> opt;
-  std::shared_ptr<amp::TrainOneStepCell> step;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<train::Model> model;
+  amp::TrainOneStepCell* step = nullptr;  // model's
   std::vector<double> ms;
   int64_t transient = 0;  // the most live bytes one timed step added
   double pipelined_ms = 0;  // device steps: the mean of steps queued back to back (0: not measured)
@@ -176,17 +189,29 @@ struct Runner {
   }
 };
 
+// The settings `mixprec train --model M` runs with (the model's registry row), with bench's
+// --amp-level (when given), --dtype and --loss-scale.
+TrainArgs train_settings_of(const BenchArgs& a) {
+  TrainArgs t = model_defaults(a.model);
+  if (!a.amp_level.empty()) t.amp_level = a.amp_level;
+  t.dtype = a.dtype;
+  t.loss_scale = a.loss_scale;
+  return t;
+}
+
+// The step is built as train builds it (make_training_optimizer, training_model_options, the
+// Model); the schedule spans the steps this run makes (warm-up, timed and pipelined ones).
 Runner make_runner(const BenchArgs& a, Mode mode) {
   Runner r;
   r.mode = mode;
+  r.settings = train_settings_of(a);
   manual_seed(0);
   r.net = nn::make_model(a.model);
-  r.loss_fn = std::make_unique<nn::SoftmaxCrossEntropyWithLogits>(
-      nn::SoftmaxCrossEntropyOptions{.sparse = true, .reduction = nn::Reduction::mean});
-  r.opt = std::make_unique<optim::Momentum>(r.net->trainable_params(), 0.01, 0.9);
-  amp::BuildOptions bo{.cast_model_type = parse_low_dtype(a.dtype)};
-  if (auto m = parse_loss_scale(a.loss_scale)) bo.loss_scale_manager = *m;
-  r.step = amp::build_train_network(*r.net, *r.opt, *r.loss_fn, a.amp_level, bo);
+  r.loss_fn = std::make_unique<nn::SoftmaxCrossEntropyWithLogits>(kTrainingLoss);
+  const int64_t updates = std::max<int64_t>(a.warmup, 2) + 2 * a.steps;
+  r.opt = make_training_optimizer(r.settings, r.net->trainable_params(), updates);
+  r.model = std::make_unique<train::Model>(*r.net, *r.loss_fn, *r.opt, training_model_options(r.settings));
+  r.step = &r.model->train_network();
   r.step->to(get_context().device);  // --device
   return r;
 }
@@ -200,17 +225,6 @@ struct DeviceRates {
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = std::min(s.find(',', start), s.size());
-    out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
   return out;
 }
 
@@ -246,9 +260,10 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
     runners.push_back(make_runner(a, parse_mode(a.mode)));
   }
   nn::Cell* net = runners.front().net.get();
-  amp::TrainOneStepCell* step = runners.front().step.get();
+  amp::TrainOneStepCell* step = runners.front().step;
   const auto [x_host, y_host] = synthetic_batch(a.model, batch);
   const Tensor x = x_host.to(get_context().device), y = y_host.to(get_context().device);
+  const nlohmann::json recipe = recipe_json(runners.front().settings, *step, x, y);  // before any step
 
   // FLOPs of one step from the op trace of a forward pass: each GEMM-like op runs forward,
   // backward-weights and (unless its input needs no gradient) backward-data.
@@ -328,11 +343,14 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
       device.is_cpu() ? std::max(gflops_before, measure_gemm_gflops(gemm_dtype)) : rates.gflops.at(gemm_dtype);
   const double bw = device.is_cpu() ? measure_bandwidth_gbs() : rates.bandwidth_gbs;
   // Bytes a step must move: weights read in forward and backward (low copies at O2/O3), the
-  // gradient written and read, momentum read and written, fp32 weights read and written, the
-  // low copy written; saved activations written in forward and read in backward, twice over
-  // (values and their gradients).
+  // gradient written and read, the optimizer's fp32 state read and written (Momentum one slot,
+  // Adam two), fp32 weights read and written, the low copy written; saved activations written in
+  // forward and read in backward, twice over (values and their gradients).
   const bool low_weights = level == AmpLevel::O2 || level == AmpLevel::O3;
-  const double wbytes = static_cast<double>(param_count) * (low_weights ? 2 * 2 + 4 * 2 + 8 + 8 + 2 : 4 * 2 + 4 * 2 + 8 + 8);
+  const double state = 8.0 * static_cast<double>(step->optimizer().state().size()) /
+                       static_cast<double>(std::max<size_t>(1, net->trainable_params().size()));
+  const double wbytes =
+      static_cast<double>(param_count) * (low_weights ? 2 * 2 + 4 * 2 + state + 8 + 2 : 4 * 2 + 4 * 2 + state + 8);
   const double bytes = wbytes + 4.0 * static_cast<double>(std::max<int64_t>(activation, 0));
   const double floor_ms = 1e3 * (static_cast<double>(flops) / (gflops * 1e9) + bytes / (bw * 1e9));
   const char* dt = level == AmpLevel::O0 ? "f32" : a.dtype.c_str();
@@ -362,6 +380,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
         std::printf("  graph: not replayed (%s)\n", g.fallback.c_str());
     }
   }
+  std::printf("  the step of `mixprec train --model %s`: %s\n", a.model.c_str(),
+              describe_recipe(recipe).c_str());
   if (!profile.empty()) print_profile(profile, a.steps * static_cast<int64_t>(runners.size()), runners.front().median(),
                                       floor_ms);
   if (runners.size() == 2)
@@ -390,6 +410,7 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
       }
     };
     j["model"] = a.model;
+    j["recipe"] = recipe;
     j["amp_level"] = std::string(amp_level_name(level));
     j["dtype"] = dt;
     j["batch"] = batch;
@@ -438,7 +459,8 @@ int run_bench(const BenchArgs& a) {
     MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
     MIXPREC_CHECK(a.threads >= 0, "--threads: expected at least 0, got ", a.threads);
     for (const auto& [level, dtype] : configs) {
-      with_prefix(a.configs.empty() ? "--amp-level: " : "--configs: ", [&] { (void)parse_amp_level(level); });
+      if (!level.empty())
+        with_prefix(a.configs.empty() ? "--amp-level: " : "--configs: ", [&] { (void)parse_amp_level(level); });
       (void)parse_low_dtype(dtype);
     }
     (void)parse_loss_scale(a.loss_scale);
@@ -452,7 +474,7 @@ int run_bench(const BenchArgs& a) {
     for (const auto& [level, dtype] : configs) {
       BenchArgs one = a;
       one.model = m;
-      one.amp_level = level;
+      one.amp_level = level.empty() ? nn::zoo_model(m).training.amp_level : level;
       one.dtype = dtype;
       reports.push_back(run_one(one, rates));
       std::fflush(stdout);
@@ -472,10 +494,17 @@ Command register_bench(CLI::App& app) {
   cmd->add_option("--configs", a->configs,
                   "LEVEL:DTYPE,... (e.g. O0,O2:f16,O2:bf16): each model in each, in turn (default: --amp-level, "
                   "--dtype)");
-  cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
-  cmd->add_option("--dtype", a->dtype, "bf16|f16 (`mixprec info` measures which is faster here)")->capture_default_str();
+  cmd->add_option("--amp-level", a->amp_level,
+                  "O0|O1|O2|O3|auto (default: the level `mixprec train` uses for the model)");
+  cmd->add_option("--dtype", a->dtype,
+                  "bf16|f16 (`mixprec info` measures which is faster here; train's --dtype auto picks it)")
+      ->capture_default_str();
   cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")->capture_default_str();
-  cmd->add_option("--batch-size", a->batch_size, "Batch size (0: 256, or 64 for resnet-small)")->capture_default_str()
+  std::string batches;
+  for (const nn::ZooModel& m : nn::zoo())
+    batches += (batches.empty() ? "" : ", ") + std::string(m.name) + " " + std::to_string(m.bench_batch_size);
+  cmd->add_option("--batch-size", a->batch_size, "Batch size (0: the model's benchmark batch: " + batches + ")")
+      ->capture_default_str()
       ->check(integer_range(0, kNoMax, std::nullopt, "0: the model's default"));
   cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str()
       ->check(integer_range(1, 1000000));

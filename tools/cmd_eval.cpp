@@ -1,8 +1,8 @@
 // `mixprec eval --model NAME --checkpoint FILE [--data DIR]`: loads fp32 weights into a zoo
 // network (strictly: every name and shape must match) and reports test accuracy and loss, at
 // any AMP level (the weights are cast at use). An image model reads the MNIST-format test split;
-// gpt-tiny the validation part of a text file or folder (as train does; default: the fortunes),
-// and reports the loss per byte.
+// a language model the validation part of a text file or folder (as train does), and reports the
+// loss per byte. The network, its default data and its optimizer come from its registry row.
 #include <cstdio>
 
 #include "cli_error.h"
@@ -14,12 +14,14 @@
 #include "mixprec/nn/zoo.h"
 #include "mixprec/train/model.h"
 #include "train_common.h"
+#include "zoo_recipe.h"
 
 namespace mixprec::cli {
 
 namespace {
 struct EvalArgs {
-  std::string model = "simplenet", checkpoint, data = dataset::kFashionMnistDir, amp_level = "O0", dtype = "bf16";
+  std::string model = "simplenet", checkpoint, amp_level = "O0", dtype = "bf16";
+  std::string data = default_data(nn::zoo_model(model).training.data);  // --model's, when not given
   int64_t batch_size = 256;
   int threads = 0;
   std::string device = "cpu";
@@ -32,9 +34,15 @@ Command register_eval(CLI::App& app) {
   cmd->add_option("--model", a->model, "Network the checkpoint belongs to")->capture_default_str()
       ->check(CLI::IsMember(nn::model_names()));
   cmd->add_option("--checkpoint", a->checkpoint, "The .safetensors file (from mixprec train --checkpoint)")->required();
+  std::string others;
+  for (const nn::ZooModel& m : nn::zoo())
+    if (m.training.data != nn::zoo_model(a->model).training.data)
+      others += (others.empty() ? "" : ", ") + std::string(m.name) + " " + default_data(m.training.data);
   cmd->add_option("--data", a->data,
-                  "Directory with MNIST-format IDX files; for gpt-tiny a text file or folder, whose last 10% is read "
-                  "(default: the fortunes in /usr/share/games/fortunes)")->capture_default_str();
+                  "Directory with MNIST-format IDX files; for " + language_models() +
+                      " a text file or folder, whose last 10% is read (default: the model's training data" +
+                      (others.empty() ? "" : "; " + others) + ")")
+      ->capture_default_str();
   cmd->add_option("--amp-level", a->amp_level, "O0|O1|O2|O3|auto")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "bf16|f16")->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "Evaluation batch size")->capture_default_str()->check(integer_range(1));
@@ -50,27 +58,32 @@ Command register_eval(CLI::App& app) {
     });
     use_device(a->device);
     set_threads(a->threads);
-    auto net = nn::make_model(a->model);
+    const nn::ZooModel& zoo = nn::zoo_model(a->model);
+    if (cmd->count("--data") == 0) a->data = default_data(zoo.training.data);
+    auto net = zoo.make();
     const auto params = io::load_checkpoint(a->checkpoint);
     check_checkpoint_model(a->checkpoint, a->model, "--model");
     const auto report = with_prefix("--checkpoint " + a->checkpoint + ": ",
                                     [&] { return io::load_param_into_net(*net, params, {.strict = true}); });
     amp::auto_mixed_precision(*net, a->amp_level, parse_low_dtype(a->dtype));
-    nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
-    nn::SGD unused(net->trainable_params(), 0.0);
-    if (nn::is_language_model(a->model)) {  // the validation windows of the text, as train evaluates them
-      if (cmd->count("--data") == 0) a->data = dataset::kFortunesDir;
-      train::Model model(*net, loss_fn, unused, {.metrics = {{"Loss", nn::Loss()}}});
-      const dataset::TextOptions opts{.usage = "validation", .context = nn::GptTiny::kContext};
+    nn::SoftmaxCrossEntropyWithLogits loss_fn(kTrainingLoss);
+    // train::Model builds its train step when constructed (as MindSpore's Model does when given an
+    // optimizer), so it takes one: the model's own training optimizer, as train makes it. It never
+    // steps; at O2/O3 it holds the low working copies of the weights, as in training.
+    const auto optimizer = make_training_optimizer(model_defaults(a->model), net->trainable_params(), 1);
+    const int64_t context = zoo.language_model ? zoo.input.sample[0] : 0;
+    if (zoo.language_model) {  // the validation windows of the text, as train evaluates them
+      train::Model model(*net, loss_fn, *optimizer, {.metrics = {{"Loss", nn::Loss()}}});
+      const dataset::TextOptions opts{.usage = "validation", .context = context};
       const auto test = dataset::Dataset(dataset::TextDataset(a->data, opts)).batch(a->batch_size);
       const auto m = model.eval(test);
       std::printf("%s (%lld tensors) on %s: validation loss %.4f per byte (%lld windows of %lld bytes, amp_level %s)\n",
                   a->checkpoint.c_str(), static_cast<long long>(report.loaded), a->data.c_str(), m.at("Loss"),
-                  static_cast<long long>(test.num_samples()), static_cast<long long>(nn::GptTiny::kContext + 1),
+                  static_cast<long long>(test.num_samples()), static_cast<long long>(context + 1),
                   a->amp_level.c_str());
       return 0;
     }
-    train::Model model(*net, loss_fn, unused, {.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}}});
+    train::Model model(*net, loss_fn, *optimizer, {.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}}});
     const auto test = standard_pipeline(dataset::MnistDataset(a->data, {.usage = "test"})).batch(a->batch_size);
     const auto m = model.eval(test);
     std::printf("%s (%lld tensors) on %s: test accuracy %.4f, test loss %.4f (%lld samples, amp_level %s)\n",

@@ -21,6 +21,7 @@ namespace mixprec::cli {
 
 namespace {
 constexpr size_t kFlushBytes = 64;  // bytes of sample per write to stdout
+constexpr const char* kModel = "gpt-tiny";  // the zoo's language model (nn::GptTiny::generate samples it)
 
 // Writes `text` to stdout and flushes it; throws naming stdout when the write fails.
 void write_stdout(std::string_view text) {
@@ -60,10 +61,11 @@ Command register_generate(CLI::App& app) {
       (void)parse_low_dtype(a->dtype);
     });
     set_threads(a->threads);
-    nn::GptTiny net;
+    const std::shared_ptr<nn::Cell> cell = nn::zoo_model(kModel).make();
+    auto& net = dynamic_cast<nn::GptTiny&>(*cell);
     const std::string prefix = "--checkpoint " + a->checkpoint + ": ";
     const auto params = with_prefix(prefix, [&] { return io::load_checkpoint(a->checkpoint); });
-    check_checkpoint_model(a->checkpoint, "gpt-tiny", "generate's model");
+    check_checkpoint_model(a->checkpoint, kModel, "generate's model");
     with_prefix(prefix, [&] { (void)io::load_param_into_net(net, params, {.strict = true}); });
     amp::auto_mixed_precision(net, a->amp_level, parse_low_dtype(a->dtype));
     Generator gen(a->seed);

@@ -41,15 +41,17 @@
 #include "train_settings.h"
 #include "train_signals.h"
 #include "train_trace.h"
+#include "zoo_recipe.h"
 
 namespace mixprec::cli {
 namespace {
 
-// Every zoo model takes 1x28x28 images (nn/zoo.h).
+// An image model takes the sample shape of its registry row (1x28x28).
 void check_image_shape(const dataset::Dataset& ds, const std::string& model) {
-  const Shape want{1, 28, 28};
+  const Shape& want = nn::zoo_model(model).input.sample;
   MIXPREC_CHECK(ds.source().sample_shape() == want, "--data: ", ds.source().describe_images(),
-                "; the zoo's models (--model ", model, ") take 28x28 images (", shape_str(want), " per sample)",
+                "; the zoo's models (--model ", model, ") take ", want[1], "x", want[2], " images (", shape_str(want),
+                " per sample)",
                 Hint{"pass --data with MNIST-format 28x28 images (MNIST, Fashion-MNIST)"});
 }
 
@@ -64,7 +66,7 @@ struct Data {
 Data load_text(const TrainArgs& a, const ParallelRun& par) {
   MIXPREC_CHECK(!par.on, "--model ", a.model, ": data-parallel training (mpirun) of a language model is not supported yet",
                 Hint{"run it in one process"});
-  const int64_t context = nn::GptTiny::kContext;
+  const int64_t context = nn::zoo_model(a.model).input.sample[0];
   dataset::TextOptions train_opts{.usage = "train", .context = context, .seed = a.seed};
   if (a.train_samples > 0) train_opts.num_windows = a.train_samples;
   const dataset::TextDataset train_raw(a.data, train_opts);
@@ -341,9 +343,10 @@ struct Session {
   std::shared_ptr<nn::Cell> net;
   Data data;
   std::unique_ptr<optim::Optimizer> optimizer{};
-  nn::SoftmaxCrossEntropyWithLogits loss_fn{{.sparse = true, .reduction = nn::Reduction::mean}};
+  nn::SoftmaxCrossEntropyWithLogits loss_fn{kTrainingLoss};
   std::unique_ptr<train::Model> model{};
   std::vector<amp::PrecisionRow> precision_rows{};
+  nlohmann::json recipe{};  // recipe_json of the step, for the report
   std::shared_ptr<History> history{};
   std::shared_ptr<train::OverflowGuard> guard{};
   std::shared_ptr<TraceWriter> trace{};
@@ -352,40 +355,31 @@ struct Session {
 std::unique_ptr<Session> build(const Setup& s) {
   const TrainArgs& a = s.a;
   manual_seed(a.seed);
-  std::optional<bool> keep_bn;
-  if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
-  const auto manager = parse_loss_scale(a.loss_scale);
   std::unique_ptr<Session> run(new Session{nn::make_model(a.model), load_data(a, s.par)});
-  OptimizerSpec spec = a.opt;
   // The schedule spans the planned run (epochs); --max-steps only stops early, so a run that
   // stops and resumes follows the same learning rates as one that never stopped.
   // With accumulation the optimizer steps once per accumulation_steps batches.
   const int64_t batches = a.epochs * run->data.train.num_batches();
-  spec.total_steps = batches / a.accumulation_steps;
-  MIXPREC_CHECK(spec.total_steps > 0, "--accumulation-steps ", a.accumulation_steps, ": more than the ", batches,
+  const int64_t updates = batches / a.accumulation_steps;
+  MIXPREC_CHECK(updates > 0, "--accumulation-steps ", a.accumulation_steps, ": more than the ", batches,
                 " batches of the whole run (", a.epochs, " epoch", a.epochs == 1 ? "" : "s", " of ",
                 run->data.train.num_batches(), "): no update would happen",
                 Hint{"use --accumulation-steps " + std::to_string(batches) + " or fewer, or more --epochs or "
                      "--train-samples"});
-  if (a.warmup_fraction > 0) spec.warmup_steps = std::llround(a.warmup_fraction * static_cast<double>(spec.total_steps));
-  run->optimizer = make_optimizer(spec, run->net->trainable_params());
+  run->optimizer = make_training_optimizer(a, run->net->trainable_params(), updates);
   std::map<std::string, train::MetricRef> metrics{{"Loss", train::Loss()}};
   if (!nn::is_language_model(a.model)) metrics.emplace("Accuracy", train::Accuracy());
   // A custom list configures the network itself (MindSpore's custom_mixed_precision); the Model
   // then builds the train step at O0, which keeps the network's own AMP configuration.
-  const bool custom = a.custom_lists();
-  if (custom)
+  if (a.custom_lists())
     amp::custom_mixed_precision(*run->net, {.white_list = split_list(a.white_list), .black_list = split_list(a.black_list)},
                                 parse_low_dtype(a.dtype));
-  train::ModelOptions mo{.metrics = metrics, .amp_level = custom ? "O0" : a.amp_level, .keep_batchnorm_fp32 = keep_bn,
-                         .dtype = parse_low_dtype(a.dtype),
-                         .step = {.max_grad_norm = a.max_grad_norm, .accumulation_steps = static_cast<int>(a.accumulation_steps),
-                                  .check_numerics = a.check_numerics, .grad_stats_every = a.grad_stats_every}};
-  if (manager) mo.loss_scale_manager = *manager;
-  run->model = std::make_unique<train::Model>(*run->net, run->loss_fn, *run->optimizer, mo);
+  run->model = std::make_unique<train::Model>(*run->net, run->loss_fn, *run->optimizer,
+                                              training_model_options(a, std::move(metrics)));
   print_header(a, run->data, run->model->train_network(), run->optimizer->name(), s.threads, s.par);
   if (a.show_precision || !a.report.empty()) {
     const dataset::Batch sample = run->data.train.get_batch(0, 0);
+    run->recipe = recipe_json(a, run->model->train_network(), sample.image, sample.label);
     run->precision_rows = amp::precision_table(*run->net, sample.image.slice(0, 0, std::min<int64_t>(8, sample.size())));
     if (a.show_precision) std::printf("%s", amp::format_precision_table(run->precision_rows).c_str());
   }
@@ -423,6 +417,7 @@ RunResult train_session(const Setup& s, Session& run, const std::vector<train::C
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   r.peak = memory_stats(device).peak_bytes;
   r.optimizer = run.optimizer->name();
+  r.recipe = run.recipe;
   r.threads = s.threads;
   r.resumed_at = resumed_at;
   return r;
@@ -508,35 +503,66 @@ void add_parallel_options(CLI::App* cmd, TrainArgs& a) {
 }  // namespace
 
 Command register_train(CLI::App& app) {
-  auto a = std::make_shared<TrainArgs>();
+  // The defaults shown are the default model's; another model's registry row replaces each one not
+  // given (apply_model_defaults), and the help names the models that differ.
+  auto a = std::make_shared<TrainArgs>(model_defaults(TrainArgs{}.model));
   CLI::App* cmd = app.add_subcommand("train", "Train a zoo model on Fashion-MNIST (or any MNIST-format data) with AMP");
   std::string models;
   for (const auto& m : nn::model_names()) models += (models.empty() ? "" : "|") + m;
-  cmd->add_option("--model", a->model, "Network: " + models)->capture_default_str()
-      ->check(CLI::IsMember(nn::model_names()));
+  const auto differing = [](const char* what, auto field) {
+    const std::string models = models_differing(field);
+    return models.empty() ? std::string() : std::string(" (") + what + models + ")";
+  };
+  const auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  cmd->add_option("--model", a->model,
+                  "Network: " + models + "; each has its own defaults for the options below that name models")
+      ->capture_default_str()->check(CLI::IsMember(nn::model_names()));
   cmd->add_option("--data", a->data,
-                  "Directory with MNIST-format IDX files (raw or .gz); for gpt-tiny a text file or folder "
-                  "(default: the fortunes in /usr/share/games/fortunes)")->capture_default_str();
+                  "Directory with MNIST-format IDX files (raw or .gz); for " + language_models() +
+                      " a text file or folder" +
+                      differing("", [](const nn::ZooTraining& t) { return default_data(t.data); }))
+      ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Epochs to train")->capture_default_str()->check(integer_range(1, kMaxEpochs));
   cmd->add_option("--max-steps", a->max_steps, "Stop after this many steps in total (-1: no limit)")->capture_default_str()
       ->check(integer_range(1, kNoMax, -1, "no limit"));
-  cmd->add_option("--batch-size", a->batch_size, "Batch size (the last partial batch is dropped)")->capture_default_str()
-      ->check(integer_range(1));
+  cmd->add_option("--batch-size", a->batch_size,
+                  "Batch size (the last partial batch is dropped)" +
+                      differing("", [](const nn::ZooTraining& t) { return std::to_string(t.batch_size); }))
+      ->capture_default_str()->check(integer_range(1));
   cmd->add_option("--train-samples", a->train_samples, "Use only the first N training samples (-1: all)")->capture_default_str()
       ->check(integer_range(1, kNoMax, -1, "all"));
-  cmd->add_option("--optimizer", a->opt.name, "momentum|sgd|adam|adamw")->capture_default_str()
-      ->check(CLI::IsMember({"momentum", "sgd", "adam", "adamw"}));
-  cmd->add_option("--lr", a->opt.lr, "Learning rate")->capture_default_str();
-  cmd->add_option("--momentum", a->opt.momentum, "Momentum (momentum optimizer)")->capture_default_str();
-  cmd->add_option("--weight-decay", a->opt.weight_decay, "Weight decay")->capture_default_str();
+  cmd->add_option("--optimizer", a->opt.name,
+                  "momentum|sgd|adam|adamw" + differing("", [](const nn::ZooTraining& t) { return t.optimizer; }))
+      ->capture_default_str()->check(CLI::IsMember({"momentum", "sgd", "adam", "adamw"}));
+  cmd->add_option("--lr", a->opt.lr,
+                  "Learning rate" + differing("", [&](const nn::ZooTraining& t) { return number(t.lr); }))
+      ->capture_default_str();
+  cmd->add_option("--momentum", a->opt.momentum,
+                  "Momentum (momentum optimizer)" +
+                      differing("", [&](const nn::ZooTraining& t) { return number(t.momentum); }))
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", a->opt.weight_decay,
+                  "Weight decay" + differing("", [&](const nn::ZooTraining& t) { return number(t.weight_decay); }))
+      ->capture_default_str();
   cmd->add_option("--lr-schedule", a->opt.schedule,
-                  "cosine (from --lr to 0 over the run) | constant (the seed's fixed rate) | step (x0.1 every third)")
+                  "cosine (from --lr to 0 over the run) | constant (the seed's fixed rate) | step (x0.1 every third)" +
+                      differing("", [](const nn::ZooTraining& t) { return t.lr_schedule; }))
       ->capture_default_str()
       ->check(CLI::IsMember({"constant", "cosine", "step"}));
-  cmd->add_option("--warmup-steps", a->opt.warmup_steps, "Linear learning-rate warm-up steps")->capture_default_str()
-      ->check(integer_range(0));
+  cmd->add_option("--warmup-steps", a->opt.warmup_steps,
+                  "Linear learning-rate warm-up steps" +
+                      differing("without it: ", [&](const nn::ZooTraining& t) {
+                        return number(100 * t.warmup_fraction) + "% of the updates";
+                      }))
+      ->capture_default_str()->check(integer_range(0));
   cmd->add_option("--max-grad-norm", a->max_grad_norm,
-                  "Clip the gradients by their global norm, after unscaling (0: off; gpt-tiny: 1.0)")->capture_default_str();
+                  "Clip the gradients by their global norm, after unscaling (0: off)" +
+                      differing("", [&](const nn::ZooTraining& t) { return number(t.max_grad_norm); }))
+      ->capture_default_str();
   cmd->add_option("--accumulation-steps", a->accumulation_steps,
                   "Batches per optimizer update (gradients summed; one overflowing batch skips the whole update)")
       ->capture_default_str()->check(integer_range(1, int64_t{1} << 20));
@@ -550,7 +576,8 @@ Command register_train(CLI::App& app) {
                   "replay it with planned memory; bitwise equal)")
       ->capture_default_str();
   cmd->add_option("--amp-level", a->amp_level,
-                  "O0 (fp32) | O1 (white list low) | O2 (all but black list low, fp32 BatchNorm) | O3 (all low) | auto")
+                  "O0 (fp32) | O1 (white list low) | O2 (all but black list low, fp32 BatchNorm) | O3 (all low) | auto" +
+                      differing("", [](const nn::ZooTraining& t) { return t.amp_level; }))
       ->capture_default_str();
   cmd->add_option("--white-list", a->white_list,
                   "Custom mixed precision instead of --amp-level (MindSpore's custom_mixed_precision): these ops or cells "

@@ -21,12 +21,13 @@ std::optional<std::shared_ptr<amp::LossScaleManager>> parse_loss_scale(const std
 
 DType parse_low_dtype(const std::string& s);  // f16 | bf16
 
+// Name and hyper-parameters: a zoo model's come from its registry row (zoo_recipe.h).
 struct OptimizerSpec {
-  std::string name = "momentum";
-  double lr = 0.01;
-  double momentum = 0.9;
+  std::string name;                   // momentum | sgd | adam | adamw
+  double lr = 0.0;
+  double momentum = 0.0;
   double weight_decay = 0.0;
-  std::string schedule = "cosine";    // constant | cosine | step (cosine from lr to 0 over the run)
+  std::string schedule;               // constant | cosine | step (cosine from lr to 0 over the run)
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;            // for cosine
 };

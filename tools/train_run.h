@@ -51,6 +51,7 @@ struct RunResult {
   ParallelRun par{};
   std::map<std::string, double> metrics{};
   std::string optimizer{};
+  nlohmann::json recipe{};  // recipe_json of the step (zoo_recipe.h); null when not made
   int threads = 0;
   int64_t resumed_at = -1;
   double train_seconds = 0, samples_per_second = 0, wall = 0;

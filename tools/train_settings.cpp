@@ -13,7 +13,6 @@
 
 #include "cli_error.h"
 #include "mixprec/context.h"
-#include "mixprec/data/text.h"
 #include "mixprec/error.h"
 #include "mixprec/io/file.h"
 
@@ -125,19 +124,6 @@ void check_range(bool ok, const char* flag, const std::string& expected, double 
 }
 
 }  // namespace
-
-void apply_model_defaults(TrainArgs& a, const std::function<bool(const char*)>& given) {
-  if (a.model != "vit-tiny" && a.model != "gpt-tiny") return;
-  const bool gpt = a.model == "gpt-tiny";
-  if (!given("--optimizer")) a.opt.name = "adamw";
-  if (!given("--lr")) a.opt.lr = gpt ? 3e-4 : 1e-3;
-  if (!given("--weight-decay")) a.opt.weight_decay = gpt ? 0.1 : 0.05;
-  if (!given("--warmup-steps")) a.warmup_fraction = 0.05;
-  if (!gpt) return;
-  if (!given("--data")) a.data = dataset::kFortunesDir;
-  if (!given("--batch-size")) a.batch_size = 32;
-  if (!given("--max-grad-norm")) a.max_grad_norm = 1.0;
-}
 
 void validate(const TrainArgs& a) {
   check_range(a.epochs >= 1, "--epochs", "at least 1", static_cast<double>(a.epochs));

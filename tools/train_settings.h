@@ -11,18 +11,20 @@
 #include <vector>
 
 #include "mixprec/comm/collectives.h"
-#include "mixprec/data/dataset.h"
 #include "mixprec/io/safetensors.h"
 #include "train_common.h"
 
 namespace mixprec::cli {
 
+// The model's own settings (data, batch size, optimizer, warm-up, clipping, AMP level) start
+// empty: apply_model_defaults (zoo_recipe.h) fills each one the command line did not give from
+// the model's registry row (nn::zoo()).
 struct TrainArgs {
   std::string model = "simplenet";
-  std::string data = dataset::kFashionMnistDir;
+  std::string data;
   int64_t epochs = 2;
   int64_t max_steps = -1;
-  int64_t batch_size = 64;
+  int64_t batch_size = 0;
   int64_t train_samples = -1;
   OptimizerSpec opt;
   double warmup_fraction = 0.0;   // > 0: warm-up over this share of the planned updates (not a flag)
@@ -32,7 +34,7 @@ struct TrainArgs {
   int threads = 0;
   std::string device = "cpu";  // --device (train_common.h, use_device)
   std::string mode = "pynative";  // execution mode: pynative (eager) | graph (set_context)
-  std::string amp_level = "O2";
+  std::string amp_level;
   bool amp_level_given = false;   // --amp-level was on the command line (a custom list replaces it)
   // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.
   std::string white_list, black_list;
@@ -58,12 +60,6 @@ struct TrainArgs {
   bool grad_overlap = true;                // start all-reduces during backward
   double grad_bucket_mb = 25.0;            // all-reduce bucket size
 };
-
-// The defaults of the transformers (issue 15), for every option the command line did not give
-// (`given(flag)`): vit-tiny AdamW lr 1e-3, weight decay 0.05, 5% warm-up then cosine; gpt-tiny
-// the fortunes text (TextDataset), batch 32, AdamW lr 3e-4, weight decay 0.1, 5% warm-up then
-// cosine, clipping at 1.0. Other models keep the plain defaults.
-void apply_model_defaults(TrainArgs& a, const std::function<bool(const char*)>& given);
 
 // Throws naming the option for a value out of its range, an unknown choice (--amp-level,
 // --dtype, --loss-scale, --keep-batchnorm-fp32) or a combination that makes no sense

@@ -105,7 +105,7 @@ PYBIND11_MODULE(mixprec, root) {
   m.config = submodule(m.dataset, "config", "Dataset configuration (the shuffle seed)");
   m.common = submodule(root, "common", "Initializers");
   m.initializer = submodule(m.common, "initializer", "Parameter initializers");
-  m.zoo = submodule(root, "zoo", "The C++ model zoo (simplenet, lenet, convnet-bn, mlp, resnet-small)");
+  m.zoo = submodule(root, "zoo", "The C++ model zoo (model_names() lists its models)");
 
   bind_error(root);
   bind_dtypes(root);

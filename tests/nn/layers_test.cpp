@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
@@ -38,12 +39,14 @@ TEST(Cell, HierarchicalNamesAndTraversal) {
   Outer net;
   std::vector<std::string> names;
   for (auto& [n, t] : net.parameters_and_names()) names.push_back(n);
-  EXPECT_EQ(names, (std::vector<std::string>{"block.fc1.weight", "block.fc1.bias", "block.fc2.weight",
-                                             "features.0.weight", "features.0.bias", "features.1.gamma",
-                                             "features.1.beta"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"block.fc1.weight", "block.fc1.bias", "block.fc2.weight",
+                                      "features.0.weight", "features.0.bias", "features.1.gamma",
+                                      "features.1.beta"}));
   std::vector<std::string> bufs;
   for (auto& [n, t] : net.buffers_and_names()) bufs.push_back(n);
-  EXPECT_EQ(bufs, (std::vector<std::string>{"features.1.moving_mean", "features.1.moving_variance"}));
+  EXPECT_EQ(bufs,
+            (std::vector<std::string>{"features.1.moving_mean", "features.1.moving_variance"}));
   EXPECT_EQ(net.trainable_params().size(), 7u);
   for (const Tensor& p : net.trainable_params()) {
     EXPECT_TRUE(p.requires_grad());
@@ -76,7 +79,10 @@ TEST(Dense, DefaultInitFollowsMindSpore) {
   EXPECT_EQ(d.bias.shape(), (Shape{50}));
   const double bound = 1.0 / std::sqrt(400.0);  // HeUniform(sqrt(5)) == U(-1/sqrt(fan_in), ..)
   double lo = 1, hi = -1;
-  for (double v : d.weight.to_vector<double>()) { lo = std::min(lo, v); hi = std::max(hi, v); }
+  for (double v : d.weight.to_vector<double>()) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
   EXPECT_GE(lo, -bound);
   EXPECT_LE(hi, bound);
   EXPECT_GT(hi, 0.9 * bound);
@@ -100,7 +106,8 @@ TEST(Conv2d, ShapesPadModesAndDefaults) {
   EXPECT_EQ(valid(zeros({2, 1, 28, 28})).shape(), (Shape{2, 32, 26, 26}));
   nn::Conv2d same(3, 8, 3, {.stride = {2, 2}});
   EXPECT_EQ(same(zeros({1, 3, 15, 15})).shape(), (Shape{1, 8, 8, 8}));
-  nn::Conv2d padded(1, 6, 5, {.pad_mode = nn::PadMode::pad, .padding = {2, 2, 2, 2}, .has_bias = true});
+  nn::Conv2d padded(1, 6, 5,
+                    {.pad_mode = nn::PadMode::pad, .padding = {2, 2, 2, 2}, .has_bias = true});
   EXPECT_EQ(padded(zeros({1, 1, 28, 28})).shape(), (Shape{1, 6, 28, 28}));
   EXPECT_THROW(nn::Conv2d(3, 8, 3, {.group = 2}), Error);
   EXPECT_THROW(padded(zeros({1, 2, 28, 28})), Error);
@@ -116,7 +123,8 @@ TEST(BatchNorm2d, RunningStatisticsUpdateOnlyInTraining) {
   (void)bn(x);
   const auto mean = ops::mean(x, {0, 2, 3}).to_vector<double>();
   const auto rm = bn.moving_mean.to_vector<double>();
-  for (int c = 0; c < 2; ++c) EXPECT_NEAR(rm[static_cast<size_t>(c)], 0.1 * mean[static_cast<size_t>(c)], 1e-5);
+  for (int c = 0; c < 2; ++c)
+    EXPECT_NEAR(rm[static_cast<size_t>(c)], 0.1 * mean[static_cast<size_t>(c)], 1e-5);
   bn.set_train(false);
   const auto before = bn.moving_mean.to_vector<float>();
   const Tensor y = bn(x);
@@ -137,8 +145,8 @@ TEST(Cell, ToFloatForcesTheComputeDtype) {
 }
 
 TEST(Zoo, OutputShapesAndParameterCountsMatchThePeer) {
-  const std::map<std::string, int64_t> expected{{"simplenet", 216618}, {"lenet", 61706},
-                                                {"convnet-bn", 421834}, {"mlp", 5824522},
+  const std::map<std::string, int64_t> expected{{"simplenet", 216618},    {"lenet", 61706},
+                                                {"convnet-bn", 421834},   {"mlp", 5824522},
                                                 {"resnet-small", 696042}, {"vit-tiny", 205066}};
   for (const auto& name : nn::model_names()) {
     if (nn::is_language_model(name)) continue;  // zoo_transformers_test.cpp
@@ -148,9 +156,47 @@ TEST(Zoo, OutputShapesAndParameterCountsMatchThePeer) {
     for (const Tensor& p : net->trainable_params()) count += p.numel();
     EXPECT_EQ(count, expected.at(name)) << name;
     NoGradGuard ng;
-    EXPECT_EQ((*net)(testing::random({3, 1, 28, 28}, 7, DType::f32)).shape(), (Shape{3, 10})) << name;
+    EXPECT_EQ((*net)(testing::random({3, 1, 28, 28}, 7, DType::f32)).shape(), (Shape{3, 10}))
+        << name;
   }
   EXPECT_THROW(nn::make_model("vgg"), Error);
+}
+
+// Each registry row's input spec is what its network takes and gives: a batch of its sample
+// shape and dtype in, [B, classes] logits out (a language model: [B, L, vocab]).
+TEST(Zoo, RegistryInputSpecsMatchTheNetworks) {
+  std::set<std::string> names;
+  for (const nn::ZooModel& m : nn::zoo()) {
+    EXPECT_TRUE(names.insert(m.name).second) << "two rows named " << m.name;
+    EXPECT_EQ(&nn::zoo_model(m.name), &m);
+    EXPECT_GT(m.bench_batch_size, 0) << m.name;
+    EXPECT_GT(m.training.batch_size, 0) << m.name;
+    EXPECT_GT(m.training.lr, 0) << m.name;
+    manual_seed(0);
+    auto net = m.make();
+    Shape in{2};
+    in.insert(in.end(), m.input.sample.begin(), m.input.sample.end());
+    Shape out{2};
+    if (m.language_model) out.push_back(m.input.sample[0]);
+    out.push_back(m.input.classes);
+    std::vector<uint8_t> tokens(static_cast<size_t>(shape_numel(in)));
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+    const Tensor x = m.input.dtype == DType::u8 ? Tensor::from_vector(tokens, in)
+                                                : testing::random(in, 5, m.input.dtype);
+    NoGradGuard ng;
+    EXPECT_EQ((*net)(x).shape(), out) << m.name;
+  }
+  EXPECT_EQ(nn::model_names().size(), nn::zoo().size());
+  EXPECT_TRUE(nn::is_language_model("gpt-tiny"));
+  EXPECT_EQ(nn::default_batch_size("resnet-small"), nn::zoo_model("resnet-small").bench_batch_size);
+  try {
+    (void)nn::zoo_model("vgg");
+    ADD_FAILURE() << "an unknown model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("valid models: simplenet, lenet"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -98,6 +98,7 @@ void add_settings(json& j, const TrainArgs& a, const RunResult& r) {
   if (const nn::DistributedGradReducer* red = r.step.grad_reducer()) j["data_parallel"] = parallel_json(a, *red, r);
   j["optimizer"] = r.optimizer;
   j["learning_rate"] = a.opt.lr;
+  if (!r.recipe.is_null()) j["recipe"] = r.recipe;
   j["seed"] = a.seed;
   j["threads"] = r.threads;
   j["keep_batchnorm_fp32"] = a.keep_bn;

@@ -1,8 +1,9 @@
 // The model zoo (DESIGN.md, "The main job"): simplenet (the seed's network), lenet, convnet-bn,
 // mlp, resnet-small and vit-tiny for 1x28x28 inputs and 10 classes; gpt-tiny, a byte-level
-// language model. bench/compare_torch.py builds
-// the same networks in PyTorch layer for layer. Dense+ReLU pairs use Dense's fused activation
-// (MindSpore's Dense(..., activation='relu')), which computes exactly Dense then ReLU.
+// language model; and the registry (zoo()), one row per model with everything the CLI knows of
+// it. bench/compare_torch.py builds the same networks in PyTorch layer for layer. Dense+ReLU pairs
+// use Dense's fused activation (MindSpore's Dense(..., activation='relu')), which computes exactly
+// Dense then ReLU.
 #pragma once
 
 #include <functional>
@@ -11,9 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "mixprec/dtype.h"
 #include "mixprec/nn/layers.h"
 #include "mixprec/nn/transformer.h"
 #include "mixprec/rng.h"
+#include "mixprec/shape.h"
 
 namespace mixprec::nn {
 
@@ -76,7 +79,8 @@ class GptTiny : public Cell {
   // temperature) drawn from `gen`; temperature 0 takes the most likely byte. When the context is
   // full, the cache restarts from the last half-context of bytes. Runs in eval mode, no grad.
   // Returns the prompt followed by the sample.
-  std::string generate(const std::string& prompt, int64_t count, double temperature, Generator& gen);
+  std::string generate(const std::string& prompt, int64_t count, double temperature,
+                       Generator& gen);
   // The same draws, each byte handed to `on_byte` as it is made (the text is not kept): sampling
   // stops early when it returns false. Returns the number of bytes made.
   int64_t generate(const std::string& prompt, int64_t count, double temperature, Generator& gen,
@@ -89,13 +93,59 @@ class GptTiny : public Cell {
   Dense head;
 };
 
+// ---------------------------------------------------------------- the registry
+// One row per zoo model: every fact about it that a command needs, here and nowhere else.
+// `mixprec train` takes its training defaults, `mixprec bench` times the step they make,
+// `mixprec eval` and `generate` build the network from it (tools/zoo_recipe.h).
+
+// What a model reads: one sample's shape and dtype (a float image after the standard
+// normalisation, or byte tokens) and its number of classes (a language model: its vocabulary,
+// one label per position, the next token).
+struct ZooInput {
+  Shape sample;
+  DType dtype;
+  int64_t classes;
+};
+
+// The data a model trains on unless told otherwise (the CLI maps it to a path).
+enum class ZooData { fashion_mnist, fortunes };
+
+// How `mixprec train` trains a model unless told otherwise. Plain values (nn sits above optim
+// and amp): the optimizer by its CLI name, the schedule by name, the AMP level by name.
+struct ZooTraining {
+  const char* optimizer;  // momentum | sgd | adam | adamw
+  double lr;
+  double momentum;  // the momentum optimizer's
+  double weight_decay;
+  const char* lr_schedule;  // cosine | constant | step
+  double warmup_fraction;   // > 0: linear warm-up over this share of the updates
+  double max_grad_norm;     // > 0: clip the unscaled gradients by their global norm
+  int64_t batch_size;
+  const char* amp_level;  // O0-O3; its default loss scaling and BatchNorm rule apply
+  ZooData data;
+};
+
+struct ZooModel {
+  const char* name;
+  std::shared_ptr<Cell> (*make)();
+  ZooInput input;
+  bool language_model;       // a [B, L] token sequence in, [B, L, vocab] logits out
+  int64_t bench_batch_size;  // the batch `mixprec bench` times (its tables are measured at it)
+  ZooTraining training;
+};
+
+// Every zoo model, in the order the CLI lists them.
+const std::vector<ZooModel>& zoo();
+// The row of `name`; throws listing the valid names for an unknown one.
+const ZooModel& zoo_model(std::string_view name);
+
+// Views of the registry (the Python module binds these).
 std::vector<std::string> model_names();
 // True for the models whose input is a [B, L] token sequence rather than a 1x28x28 image.
 bool is_language_model(std::string_view name);
 // Throws listing the valid names for an unknown one.
 std::shared_ptr<Cell> make_model(std::string_view name);
-// The batch size the benchmarks use for `name` (256; 64 for resnet-small, 128 for vit-tiny,
-// 32 for gpt-tiny).
+// The batch size the benchmarks use for `name` (ZooModel::bench_batch_size).
 int64_t default_batch_size(std::string_view name);
 
 }  // namespace mixprec::nn

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `mixprec bench --model X` times the step `mixprec train --model X` runs (issue 30, part 4): for
+# every zoo model the "recipe" of train's --report (the built optimizer's name and settings, the
+# step's clipping and accumulation, the AMP level, the loss-scale manager, one sample's shape and
+# dtype and a label's) equals the recipe of bench's --report, at the defaults and at a level
+# given to both. It fails if bench builds its own optimizer, step or batch again.
+set -uo pipefail
+source "$(dirname "$0")/common.sh"
+make_tiny_data "$dir/images" 16
+for i in $(seq 40); do echo "The quick brown fox jumps over the lazy dog. Mixed precision keeps float32."; done \
+  > "$dir/text.txt"
+
+# bench: every model, one timed step of a small batch (the recipe does not depend on the batch size).
+"$M" bench --model all --batch-size 2 --steps 1 --warmup 0 --threads 2 --report "$dir/bench.json" > "$dir/bench.out" ||
+  fail "bench --model all: $(cat "$dir/bench.out")"
+models=$(jq -r '.[].model' "$dir/bench.json")
+[ "$(echo "$models" | wc -l)" -ge 7 ] || fail "bench --model all timed only: $models"
+
+# train_recipe MODEL FILE ARGS...: the recipe of a one-step `mixprec train --model MODEL` run.
+train_recipe() {
+  local model="$1" out="$2" data="$dir/images"
+  shift 2
+  [ "$model" = gpt-tiny ] && data="$dir/text.txt"
+  "$M" train --model "$model" --data "$data" --batch-size 2 --train-samples 4 --epochs 1 --max-steps 1 --no-eval \
+    --threads 2 --dtype bf16 --report "$dir/train.json" "$@" > "$dir/train.out" 2>&1 ||
+    fail "train --model $model $*: $(cat "$dir/train.out")"
+  jq -S .recipe "$dir/train.json" > "$out"
+}
+
+for model in $models; do
+  train_recipe "$model" "$dir/t.json"
+  jq -S --arg m "$model" '.[] | select(.model == $m) | .recipe' "$dir/bench.json" > "$dir/b.json"
+  [ "$(jq -r .optimizer "$dir/t.json")" != null ] || fail "$model: no recipe in train's report: $(cat "$dir/t.json")"
+  diff "$dir/t.json" "$dir/b.json" > "$dir/diff" || fail "$model: bench's step differs from train's: $(cat "$dir/diff")"
+  grep -q "the step of \`mixprec train --model $model\`: $(jq -r .optimizer "$dir/t.json") lr " "$dir/bench.out" ||
+    fail "$model: bench does not print the step it times: $(cat "$dir/bench.out")"
+done
+
+# What gpt-tiny trains with (zoo registry): AdamW with a warm-up and clipping, on byte tokens.
+jq -e '.optimizer == "AdamW" and .max_grad_norm == 1 and .weight_decay == 0.1 and .warmup_share == 0.05
+       and .input.shape == [128] and .input.dtype == "u8" and .label.dtype == "i32"' "$dir/t.json" > /dev/null ||
+  fail "gpt-tiny's recipe: $(cat "$dir/t.json")"
+jq -e --arg m lenet '.[] | select(.model == $m) | .recipe | .optimizer == "Momentum" and .momentum == 0.9
+       and .max_grad_norm == 0 and .input.shape == [1, 28, 28] and .input.dtype == "f32"' "$dir/bench.json" \
+  > /dev/null || fail "lenet's recipe: $(jq '.[1].recipe' "$dir/bench.json")"
+
+# A level and a loss scale given to both: still the same step.
+"$M" bench --model gpt-tiny --amp-level O1 --loss-scale dynamic --batch-size 2 --steps 1 --warmup 0 --threads 2 \
+  --report "$dir/bench1.json" > "$dir/bench.out" || fail "bench --amp-level O1: $(cat "$dir/bench.out")"
+train_recipe gpt-tiny "$dir/t1.json" --amp-level O1 --loss-scale dynamic
+jq -S .recipe "$dir/bench1.json" > "$dir/b1.json"
+diff "$dir/t1.json" "$dir/b1.json" > "$dir/diff" || fail "gpt-tiny O1: bench's step differs: $(cat "$dir/diff")"
+jq -e '.amp_level == "O1" and (.loss_scale | startswith("dynamic"))' "$dir/t1.json" > /dev/null ||
+  fail "gpt-tiny O1's recipe: $(cat "$dir/t1.json")"
+echo "bench and train build the same step for: $(echo $models)"
