@@ -10,7 +10,6 @@
 #include "mixprec/nn/distributed.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <charconv>
 #include <cstring>
@@ -21,19 +20,21 @@
 #include "mixprec/grad_mode.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
+#include "ops/amp_problem.h"  // finite_bits
 
 namespace mixprec::nn {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 constexpr int64_t kChunk = 4096;
 
-inline bool finite_bits(float v) { return (std::bit_cast<uint32_t>(v) & 0x7f800000u) != 0x7f800000u; }
-
 // dst (f32 or bf16) = src * mul; returns false if any source value is inf/NaN.
-bool pack_values(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, float mul) {
+bool pack_values(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+                 float mul) {
   const size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
   int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
@@ -47,7 +48,7 @@ bool pack_values(const void* src, DType src_dtype, void* dst, DType dst_dtype, i
     if (src_dtype != DType::f32) convert_row(s, src_dtype, buf, DType::f32, len);
     int local = 0;
     for (int64_t i = 0; i < len; ++i) {
-      local |= !finite_bits(in[i]);
+      local |= !ops::finite_bits(in[i]);
       out[i] = in[i] * mul;
     }
     if (dst_dtype != DType::f32) convert_row(buf, DType::f32, d, dst_dtype, len);
@@ -105,8 +106,8 @@ std::vector<comm::JobSetting> DistributedGradReducer::layout_settings() const {
           {"overlap_grad_reduce", overlap_ ? "true" : "false"}};
 }
 
-DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters, std::optional<bool> mean,
-                                               std::optional<int> degree)
+DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters,
+                                               std::optional<bool> mean, std::optional<int> degree)
     : params_(std::move(parameters)) {
   const AutoParallelContext& ctx = get_auto_parallel_context();
   mean_ = mean.value_or(ctx.gradients_mean);
@@ -115,15 +116,19 @@ DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters, s
   dtype_ = ctx.grad_allreduce_dtype;
   overlap_ = ctx.overlap_grad_reduce;
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype_));
-  const auto cap = [](double mb) { return std::max<int64_t>(1, static_cast<int64_t>(mb * 1024 * 1024)); };
+  const auto cap = [](double mb) {
+    return std::max<int64_t>(1, static_cast<int64_t>(mb * 1024 * 1024));
+  };
   slot_.resize(params_.size());
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = params_[k];
-    MIXPREC_CHECK(p.defined() && is_floating(p.dtype()) && p.is_contiguous(), "DistributedGradReducer: parameter ", k,
+    MIXPREC_CHECK(p.defined() && is_floating(p.dtype()) && p.is_contiguous(),
+                  "DistributedGradReducer: parameter ", k,
                   " must be a defined, contiguous floating tensor");
     // The cap of the bucket being filled: the first one's, or the others'.
     const int64_t limit = cap(buckets_.size() <= 1 ? ctx.first_bucket_mb : ctx.bucket_cap_mb);
-    if (buckets_.empty() || (buckets_.back().numel > 0 && (buckets_.back().numel + p.numel()) * esize > limit))
+    if (buckets_.empty() ||
+        (buckets_.back().numel > 0 && (buckets_.back().numel + p.numel()) * esize > limit))
       buckets_.emplace_back();
     slot_[k] = {buckets_.size() - 1, buckets_.back().numel};
     buckets_.back().params.push_back(k);
@@ -142,10 +147,11 @@ DistributedGradReducer::DistributedGradReducer(std::vector<Tensor> parameters, s
 }
 
 bool DistributedGradReducer::local_finite() const {
-  MIXPREC_CHECK(!on_device_, "DistributedGradReducer::local_finite: not tracked for gradients on ",
-                params_.front().device().str(), " (a host flag would wait for the GPU)",
-                Hint{"check the gradients on the device (ops::amp_foreach_non_finite_check_and_unscale_), "
-                     "then comm::all_reduce_max the flag"});
+  MIXPREC_CHECK(
+      !on_device_, "DistributedGradReducer::local_finite: not tracked for gradients on ",
+      params_.front().device().str(), " (a host flag would wait for the GPU)",
+      Hint{"check the gradients on the device (ops::amp_foreach_non_finite_check_and_unscale_), "
+           "then comm::all_reduce_max the flag"});
   return !local_bad_;
 }
 
@@ -157,7 +163,8 @@ void DistributedGradReducer::begin() {
   buffers_.clear();
   const Device device = params_.front().device();  // where the parameters are now
   on_device_ = !device.is_cpu();
-  for (const Bucket& b : buckets_) buffers_.push_back(Tensor::empty({b.numel}, {.dtype = dtype_, .device = device}));
+  for (const Bucket& b : buckets_)
+    buffers_.push_back(Tensor::empty({b.numel}, {.dtype = dtype_, .device = device}));
   for (Bucket& b : buckets_) b.ready = 0;
   pending_.clear();
   pending_.resize(buckets_.size());
@@ -165,16 +172,19 @@ void DistributedGradReducer::begin() {
 }
 
 void DistributedGradReducer::pack(size_t i, const Tensor& grad) {
-  MIXPREC_CHECK(i < params_.size(), "DistributedGradReducer: gradient index ", i, " out of range (", params_.size(),
-                " parameters)");
-  MIXPREC_CHECK(!packed_[i], "DistributedGradReducer: gradient ", i, " was reported twice in one reduction");
+  MIXPREC_CHECK(i < params_.size(), "DistributedGradReducer: gradient index ", i, " out of range (",
+                params_.size(), " parameters)");
+  MIXPREC_CHECK(!packed_[i], "DistributedGradReducer: gradient ", i,
+                " was reported twice in one reduction");
   const auto [b, offset] = slot_[i];
   const float mul = mean_ ? static_cast<float>(1.0 / degree_) : 1.0f;
-  MIXPREC_CHECK(!grad.defined() || (grad.numel() == params_[i].numel() && is_floating(grad.dtype())),
-                "DistributedGradReducer: gradient ", i, " has shape ", shape_str(grad.shape()), " ",
-                dtype_name(grad.dtype()), ", expected a floating ", shape_str(params_[i].shape()));
+  MIXPREC_CHECK(
+      !grad.defined() || (grad.numel() == params_[i].numel() && is_floating(grad.dtype())),
+      "DistributedGradReducer: gradient ", i, " has shape ", shape_str(grad.shape()), " ",
+      dtype_name(grad.dtype()), ", expected a floating ", shape_str(params_[i].shape()));
   char* dst = on_device_ ? nullptr
-                        : static_cast<char*>(buffers_[b].data_ptr()) + offset * static_cast<int64_t>(dtype_size(dtype_));
+                         : static_cast<char*>(buffers_[b].data_ptr()) +
+                               offset * static_cast<int64_t>(dtype_size(dtype_));
   if (on_device_) {
     pack_on_device(buffers_[b].slice(0, offset, offset + params_[i].numel()), grad, mul);
   } else if (!grad.defined()) {
@@ -214,8 +224,8 @@ void DistributedGradReducer::ready(size_t index, const Tensor& grad) {
 
 std::vector<Tensor> DistributedGradReducer::finish(const std::vector<Tensor>& grads) {
   MIXPREC_CHECK(in_progress_, "DistributedGradReducer::finish: call begin() first");
-  MIXPREC_CHECK(grads.size() == params_.size(), "DistributedGradReducer: ", grads.size(), " gradients for ",
-                params_.size(), " parameters");
+  MIXPREC_CHECK(grads.size() == params_.size(), "DistributedGradReducer: ", grads.size(),
+                " gradients for ", params_.size(), " parameters");
   const auto t0 = Clock::now();
   for (size_t i = 0; i < params_.size(); ++i)
     if (!packed_[i]) pack(i, grads[i]);
@@ -240,8 +250,8 @@ std::vector<Tensor> DistributedGradReducer::finish(const std::vector<Tensor>& gr
 }
 
 std::vector<Tensor> DistributedGradReducer::operator()(const std::vector<Tensor>& grads) {
-  MIXPREC_CHECK(grads.size() == params_.size(), "DistributedGradReducer: ", grads.size(), " gradients for ",
-                params_.size(), " parameters");
+  MIXPREC_CHECK(grads.size() == params_.size(), "DistributedGradReducer: ", grads.size(),
+                " gradients for ", params_.size(), " parameters");
   begin();
   for (size_t k = grads.size(); k-- > 0;)
     if (grads[k].defined()) ready(k, grads[k]);

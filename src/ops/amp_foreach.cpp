@@ -3,7 +3,9 @@
 // versions of the tensors it writes.
 #include "mixprec/ops/amp_device.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "ops/amp_problem.h"
 #include "ops/dispatch.h"
@@ -16,10 +18,6 @@ std::string AmpUnscaleProblem::describe() const {
 std::string AmpUpdateScaleProblem::describe() const { return "scale on " + device().str(); }
 std::string AmpAdvanceStepProblem::describe() const {
   return std::to_string(table.defined() ? table.size(0) : 0) + " table rows on " + device().str();
-}
-std::string FusedMomentumProblem::describe() const {
-  return std::to_string(params.size()) + " parameters on " + device().str() +
-         (working.empty() ? "" : ", with working copies");
 }
 
 namespace {
@@ -67,52 +65,100 @@ void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
 
 void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                        double growth_factor, double backoff_factor, int64_t growth_interval,
-                       double min_scale) {
+                       double min_scale, double max_scale) {
   constexpr std::string_view op = "amp_update_scale_";
   check_flag(op, "scale", scale, DType::f32, scale.defined() ? scale.device() : Device::cpu());
   check_flag(op, "growth_tracker", growth_tracker, DType::i32, scale.device());
   check_flag(op, "found_inf", found_inf, DType::f32, scale.device());
   MIXPREC_CHECK(growth_factor >= 1 && backoff_factor > 0 && backoff_factor <= 1 &&
-                    growth_interval > 0 && min_scale >= 0,
+                    growth_interval > 0 && min_scale >= 0 && max_scale >= min_scale,
                 op,
                 ": expected growth_factor >= 1, 0 < backoff_factor <= 1, growth_interval > 0, "
-                "min_scale >= 0, got ",
-                growth_factor, ", ", backoff_factor, ", ", growth_interval, ", ", min_scale);
+                "0 <= min_scale <= max_scale, got ",
+                growth_factor, ", ", backoff_factor, ", ", growth_interval, ", ", min_scale, ", ",
+                max_scale);
+  const DynamicScaleRule rule{.growth_factor = static_cast<float>(growth_factor),
+                              .backoff_divisor = static_cast<float>(1.0 / backoff_factor),
+                              .min_scale = static_cast<float>(min_scale),
+                              .max_scale = static_cast<float>(
+                                  std::min<double>(max_scale, std::numeric_limits<float>::max())),
+                              .growth_interval = growth_interval};
   dispatch(OpId::amp_update_scale, "update",
-           AmpUpdateScaleProblem{scale, growth_tracker, found_inf, growth_factor, backoff_factor,
-                                 min_scale, growth_interval});
+           AmpUpdateScaleProblem{scale, growth_tracker, found_inf, rule});
   scale.storage()->bump_version();
   growth_tracker.storage()->bump_version();
+}
+
+namespace {
+
+// The checks and the dispatch of an optimizer's fused update (FusedUpdateProblem<Step>); bumps the
+// versions of everything it may write.
+template <class Step>
+void fused_update(std::string_view op, OpId id, const FusedUpdateProblem<Step>& p) {
+  if (p.params.empty()) return;
+  const Device device = p.params.front().device();
+  check_list(op, "parameters", p.params, p.params, device, true);
+  check_list(op, "gradients", p.grads, p.params, device, false);
+  for (int k = 0; k < Step::kSlots; ++k)
+    check_list(op, Step::kSlotNames[k], p.state[k], p.params, device, true);
+  if (!p.working.empty()) {
+    check_list(op, "working copies", p.working, p.params, device, false);
+    for (size_t i = 0; i < p.working.size(); ++i)
+      MIXPREC_CHECK(is_low_precision(p.working[i].dtype()), op, ": working copy ", i,
+                    " must be f16 or bf16, got ", dtype_name(p.working[i].dtype()));
+  }
+  if (p.found_inf.defined()) check_flag(op, "found_inf", p.found_inf, DType::f32, device);
+  if (p.inv_scale.defined()) check_flag(op, "inv_scale", p.inv_scale, DType::f32, device);
+  const Tensor& s = p.scalars;
+  if (s.defined())
+    MIXPREC_CHECK(s.numel() >= Step::kScalars && s.dtype() == DType::f32 && s.is_contiguous() &&
+                      s.device() == device,
+                  op, ": the step's scalars must be a contiguous f32 tensor of at least ",
+                  Step::kScalars, " elements on ", device.str(), ", got ", desc(s));
+  dispatch(id, "update", p);
+  for (const Tensor& t : p.params) t.storage()->bump_version();
+  for (const std::vector<Tensor>& slot : p.state)
+    for (const Tensor& t : slot) t.storage()->bump_version();
+  for (const Tensor& t : p.working) t.storage()->bump_version();
+}
+
+}  // namespace
+
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& working, const Tensor& found_inf,
+                const Tensor& inv_scale, const FusedSgdOptions& options, const Tensor& lr) {
+  const SgdStep step{static_cast<float>(options.lr), static_cast<float>(options.weight_decay)};
+  fused_update("fused_sgd_", OpId::fused_sgd,
+               FusedSgdProblem{params, grads, {}, working, found_inf, inv_scale, step, lr});
 }
 
 void fused_momentum_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                      const std::vector<Tensor>& velocity, const std::vector<Tensor>& working,
                      const Tensor& found_inf, const Tensor& inv_scale,
                      const FusedMomentumOptions& options, const Tensor& lr) {
-  constexpr std::string_view op = "fused_momentum_";
-  if (params.empty()) return;
-  const Device device = params.front().device();
-  check_list(op, "parameters", params, params, device, true);
-  check_list(op, "gradients", grads, params, device, false);
-  check_list(op, "velocities", velocity, params, device, true);
-  if (!working.empty()) {
-    check_list(op, "working copies", working, params, device, false);
-    for (size_t i = 0; i < working.size(); ++i)
-      MIXPREC_CHECK(is_low_precision(working[i].dtype()), op, ": working copy ", i,
-                    " must be f16 or bf16, got ", dtype_name(working[i].dtype()));
-  }
-  if (found_inf.defined()) check_flag(op, "found_inf", found_inf, DType::f32, device);
-  if (inv_scale.defined()) check_flag(op, "inv_scale", inv_scale, DType::f32, device);
-  if (lr.defined())
-    MIXPREC_CHECK(
-        lr.numel() >= 1 && lr.dtype() == DType::f32 && lr.is_contiguous() && lr.device() == device,
-        op, ": lr must be a contiguous f32 tensor on ", device.str(), ", got ", desc(lr));
   const MomentumStep step{static_cast<float>(options.lr), static_cast<float>(options.momentum),
                           static_cast<float>(options.weight_decay), options.nesterov};
-  dispatch(OpId::fused_momentum, "update",
-           FusedMomentumProblem{params, grads, velocity, working, found_inf, inv_scale, step, lr});
-  for (const auto* list : {&params, &velocity, &working})
-    for (const Tensor& t : *list) t.storage()->bump_version();
+  fused_update(
+      "fused_momentum_", OpId::fused_momentum,
+      FusedMomentumProblem{params, grads, {velocity}, working, found_inf, inv_scale, step, lr});
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
+                 const std::vector<Tensor>& working, const Tensor& found_inf,
+                 const Tensor& inv_scale, const FusedAdamOptions& options, const Tensor& scalars) {
+  const AdamStep step{.lr = static_cast<float>(options.lr),
+                      .beta1 = static_cast<float>(options.beta1),
+                      .beta2 = static_cast<float>(options.beta2),
+                      .eps = static_cast<float>(options.eps),
+                      .weight_decay = static_cast<float>(options.weight_decay),
+                      .c1 = static_cast<float>(options.bias_correction1),
+                      .c2 = static_cast<float>(options.bias_correction2),
+                      .decoupled = options.decoupled};
+  fused_update(
+      "fused_adam_", OpId::fused_adam,
+      FusedAdamProblem{
+          params, grads, {exp_avg, exp_avg_sq}, working, found_inf, inv_scale, step, scalars});
 }
 
 void amp_advance_step_(const Tensor& count, const Tensor& found_inf, const Tensor& table,

@@ -36,7 +36,7 @@ enum class OpId : uint16_t {
   // losses
   softmax_cross_entropy, nll_loss, mse_loss,
   // AMP's optimizer-side multi-tensor updates (ops/amp_foreach.cpp; never autograd nodes)
-  amp_unscale, amp_update_scale, fused_momentum, amp_advance_step,
+  amp_unscale, amp_update_scale, fused_sgd, fused_momentum, fused_adam, amp_advance_step,
   count_
 };
 // clang-format on
@@ -126,7 +126,9 @@ inline constexpr std::array<OpInfo, kNumOps> kOps{{
     {OpId::mse_loss, "mse_loss", AmpPolicy::to_fp32, 2, OpKind::compute},
     {OpId::amp_unscale, "amp_unscale", AmpPolicy::keep, 0, OpKind::compute},
     {OpId::amp_update_scale, "amp_update_scale", AmpPolicy::keep, 0, OpKind::compute},
+    {OpId::fused_sgd, "fused_sgd", AmpPolicy::keep, 0, OpKind::compute},
     {OpId::fused_momentum, "fused_momentum", AmpPolicy::keep, 0, OpKind::compute},
+    {OpId::fused_adam, "fused_adam", AmpPolicy::keep, 0, OpKind::compute},
     {OpId::amp_advance_step, "amp_advance_step", AmpPolicy::keep, 0, OpKind::compute},
 }};
 

@@ -1,12 +1,11 @@
 // Optimizers (MindSpore names: Momentum, SGD, Adam, AdamW) and learning-rate schedules.
-// Master weights and all optimizer state are fp32; each update is one fused pass per parameter
-// that reads the gradient (f32, bf16 or f16), applies weight decay, updates the state and the
-// fp32 weight, and — when AMP working copies are attached — writes the low-precision copy in
-// the same pass (no extra sweep) and registers it in the cast cache. step() advances the step
-// counter and the schedule; a step the loss scaler skips never calls it. State lives on the
-// parameters' device: it follows them (to(), or at the next step) when they move. On a CUDA
-// device the update is one multi-tensor op (ops::fused_momentum_: Momentum and SGD), or
-// pointwise ops per parameter (Adam, AdamW).
+// Master weights and all optimizer state are fp32; each update is one multi-tensor op on the
+// parameters' device (ops::fused_sgd_, fused_momentum_, fused_adam_: the cpu, reference and CUDA
+// kernels give the same bits) that reads the gradient (f32, bf16 or f16), applies weight decay,
+// updates the state and the fp32 weight, and — when AMP working copies are attached — writes the
+// low-precision copy in the same pass (no extra sweep) and registers it in the cast cache. step()
+// advances the step counter and the schedule; a step the loss scaler skips never calls it. State
+// lives on the parameters' device: it follows them (to(), or at the next step) when they move.
 #pragma once
 
 #include <cstdint>
@@ -90,11 +89,11 @@ class Optimizer {
   // multiplied by inv_scale (f32 [1]; undefined: 1) as they are read, and `scalars` (f32
   // [step_scalars_width()] on the device) holding step_scalars() of this update, read there:
   // the host need not know the step count (ops::amp_advance_step_ selects them on the device).
-  // Does not advance the step count (the caller knows when the update applied).
-  // Gradients: one per parameter, on its device (undefined: that parameter is left alone).
-  // Momentum and SGD have it (bit for bit their step()), Adam and AdamW too (within rounding).
-  virtual void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                          const Tensor& inv_scale, const Tensor& scalars);
+  // Does not advance the step count (the caller knows when the update applied); step() is this
+  // with the step count's scalars, then ++global_step(). Gradients: one per parameter, on its
+  // device (undefined: that parameter is left alone).
+  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                  const Tensor& inv_scale, const Tensor& scalars);
   // What an update depends on through the step count, rounded to f32 by the caller: {learning
   // rate} here, Adam adds its two bias corrections. `step`: the number of updates applied before.
   virtual std::vector<double> step_scalars(int64_t step) const { return {lr_.at(step)}; }
@@ -103,38 +102,23 @@ class Optimizer {
   Tensor step_scalars_on(Device device) const;
 
  protected:
-  // The fused update of one parameter. p and state are fp32 contiguous; g has grad_dtype;
-  // low (nullable) receives the rounded weights in low_dtype.
-  struct UpdateArgs {
-    float* p;
-    const void* g;
-    DType grad_dtype;
-    float* const* state;  // num_state_slots pointers
-    void* low;
-    DType low_dtype;
-    int64_t n;
-    double lr;
-    double weight_decay;
-    int64_t step;         // 1-based count of this update
-    double grad_scale;    // multiplies each gradient element as it is read
+  // What fused_step hands an optimizer: the parameters that have a gradient, with their
+  // (contiguous) gradients, state slots ([slot][k]) and working copies (empty without AMP's).
+  struct UpdateLists {
+    std::vector<Tensor> params, grads, working;
+    std::vector<std::vector<Tensor>> slots;
   };
-  virtual void update(const UpdateArgs& a) = 0;
-  // fused_step with a momentum update (ops::fused_momentum_) over `velocity` (one per param).
-  void fused_momentum_step(const std::vector<Tensor>& grads, const std::vector<Tensor>& velocity,
-                           const Tensor& found_inf, const Tensor& inv_scale, const Tensor& scalars,
-                           double momentum, bool nesterov);
-  const std::vector<std::vector<Tensor>>& slots() const { return state_; }
-  // Throws unless `scalars` is an f32 tensor of step_scalars_width() elements on the parameters'
-  // device.
-  void check_step_scalars(const Tensor& scalars) const;
+  // The optimizer's multi-tensor op on the lists (fused_step's arguments otherwise).
+  virtual void fused_update(const UpdateLists& lists, const Tensor& found_inf,
+                            const Tensor& inv_scale, const Tensor& scalars) = 0;
   void follow_parameters();  // state and working copies onto the parameters' device
-  // The working copy of parameter i (if any) re-rounded from its master and re-cached.
-  void refresh_working_copy(size_t i);
   double weight_decay() const { return weight_decay_; }
   const LearningRate& lr_schedule() const { return lr_; }
 
  private:
-  void apply(size_t i, const Tensor& grad, double grad_scale);
+  // Throws unless `scalars` is an f32 tensor of step_scalars_width() elements on the parameters'
+  // device.
+  void check_step_scalars(const Tensor& scalars) const;
   std::vector<Tensor> params_;
   std::vector<std::vector<Tensor>> state_;  // [param][slot]
   std::vector<Tensor> working_;             // low copies (O2/O3), or empty
@@ -152,11 +136,10 @@ class Momentum : public Optimizer {
  public:
   Momentum(std::vector<Tensor> params, LearningRate learning_rate, double momentum,
            double weight_decay = 0.0, bool use_nesterov = false);
-  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                  const Tensor& inv_scale, const Tensor& scalars) override;
 
  protected:
-  void update(const UpdateArgs& a) override;
+  void fused_update(const UpdateLists& lists, const Tensor& found_inf, const Tensor& inv_scale,
+                    const Tensor& scalars) override;
 
  private:
   double momentum_;
@@ -167,35 +150,27 @@ class Momentum : public Optimizer {
 class SGD : public Optimizer {
  public:
   explicit SGD(std::vector<Tensor> params, LearningRate learning_rate = 0.1, double weight_decay = 0.0);
-  // Momentum 0 over a velocity zeroed first (v = g + wd * p; p -= lr * v: SGD's formula).
-  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                  const Tensor& inv_scale, const Tensor& scalars) override;
 
  protected:
-  void update(const UpdateArgs& a) override;
-
- private:
-  std::vector<Tensor> scratch_;  // fused_step's velocity, on the parameters' device
+  void fused_update(const UpdateLists& lists, const Tensor& found_inf, const Tensor& inv_scale,
+                    const Tensor& scalars) override;
 };
 
 // Adam with L2 weight decay added to the gradient; AdamW decouples it (p -= lr * wd * p).
-// Bias-corrected moments, eps added to sqrt(v_hat).
+// Bias-corrected moments, eps added to sqrt(v_hat). One fused op (ops::fused_adam_) on every
+// device, the same bits on the CPU and a GPU.
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, LearningRate learning_rate = 1e-3, double beta1 = 0.9,
        double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0);
-  // Per parameter, the update's formula as pointwise ops on its device (about a dozen launches;
-  // no fused kernel yet), the skip as a select on found_inf: within rounding of step(), not
-  // bit for bit (the ops round their scalars and intermediates differently).
-  void fused_step(const std::vector<Tensor>& grads, const Tensor& found_inf,
-                  const Tensor& inv_scale, const Tensor& scalars) override;
   // {learning rate, 1 / (1 - beta1^(step + 1)), 1 / (1 - beta2^(step + 1))}
   std::vector<double> step_scalars(int64_t step) const override;
 
  protected:
   Adam(std::vector<Tensor> params, LearningRate lr, double b1, double b2, double eps, double wd,
        bool decoupled, std::string name);
-  void update(const UpdateArgs& a) override;
+  void fused_update(const UpdateLists& lists, const Tensor& found_inf, const Tensor& inv_scale,
+                    const Tensor& scalars) override;
 
  private:
   double beta1_, beta2_, eps_;

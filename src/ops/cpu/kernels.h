@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "ops/amp_problem.h"
 #include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
@@ -95,5 +96,11 @@ std::string flash_attention_declines(const AttentionFwdProblem& p);
 void flash_attention_fwd(const AttentionFwdProblem& p);
 std::string flash_attention_bwd_declines(const AttentionBwdProblem& p);
 void flash_attention_bwd(const AttentionBwdProblem& p);
+
+// amp.cpp: the unscale + finite check and the optimizers' fused updates (fused_update:
+// instantiated for SgdStep, MomentumStep and AdamStep), chunked OpenMP loops, bit for bit the
+// reference kernels.
+void amp_unscale(const AmpUnscaleProblem& p);
+template <class Step> void fused_update(const FusedUpdateProblem<Step>& p);
 
 }  // namespace mixprec::ops::cpu

@@ -62,6 +62,11 @@ void register_cpu_kernels() {
       {"flash", kCpu, cpu::flash_attention_declines, cpu::flash_attention_fwd});
   register_kernel<AttentionBwdProblem>(
       {"flash", kCpu, cpu::flash_attention_bwd_declines, cpu::flash_attention_bwd});
+
+  register_kernel<AmpUnscaleProblem>({"cpu", kCpu, accept_all, cpu::amp_unscale});
+  register_kernel<FusedSgdProblem>({"cpu", kCpu, accept_all, cpu::fused_update<SgdStep>});
+  register_kernel<FusedMomentumProblem>({"cpu", kCpu, accept_all, cpu::fused_update<MomentumStep>});
+  register_kernel<FusedAdamProblem>({"cpu", kCpu, accept_all, cpu::fused_update<AdamStep>});
 }
 
 }  // namespace mixprec::ops

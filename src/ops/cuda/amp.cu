@@ -22,15 +22,16 @@ constexpr unsigned kThreads = 256;
 // element, the tensor's element count and the dtypes. Plain int64 fields so the table is one i64
 // tensor.
 struct ChunkRow {
-  int64_t ptr[4];  // unscale: grad. momentum: param, grad, velocity, working (0: none)
+  int64_t ptr[5];  // unscale: grad. update: param, grad, working (0: none), state slots 0 and 1
   int64_t start, n, dtype0, dtype1;
 };
-static_assert(sizeof(ChunkRow) == 8 * sizeof(int64_t));
+constexpr int64_t kRowWords = 9;
+static_assert(sizeof(ChunkRow) == kRowWords * sizeof(int64_t));
 
 // Splits each tensor into chunks of kChunk elements and uploads the rows (queued on the stream;
 // the pageable source is staged before cudaMemcpyAsync returns, so `rows` may die).
 Tensor upload_rows(const std::vector<ChunkRow>& rows, Device device) {
-  return Tensor::from_data(rows.data(), DType::i64, {static_cast<int64_t>(rows.size()) * 8},
+  return Tensor::from_data(rows.data(), DType::i64, {static_cast<int64_t>(rows.size()) * kRowWords},
                            {.dtype = DType::i64, .device = device});
 }
 
@@ -53,43 +54,34 @@ __global__ void unscale_kernel(const ChunkRow* rows, float* found_inf, const flo
   if (bad) *found_inf = 1.0f;
 }
 
-// One thread: the scale update of AmpUpdateScaleProblem, all in f32 on the device.
+// One thread: the scale update of AmpUpdateScaleProblem (its rule, in f32 on the device).
 __global__ void update_scale_kernel(float* scale, int32_t* tracker, const float* found_inf,
-                                    float growth, float backoff, float min_scale,
-                                    int64_t interval) {
-  if (*found_inf != 0.0f) {
-    *scale = fmaxf(*scale * backoff, min_scale);
-    *tracker = 0;
-    return;
-  }
-  const int64_t successful = int64_t{*tracker} + 1;
-  if (successful >= interval) {
-    const float grown = *scale * growth;
-    if (isfinite(grown)) *scale = grown;
-    *tracker = 0;
-  } else {
-    *tracker = static_cast<int32_t>(successful);
-  }
+                                    DynamicScaleRule rule) {
+  rule(*scale, *tracker, *found_inf != 0.0f);
 }
 
 // Grid: one block of 256 threads per chunk row, threads striding the chunk (coalesced). Every
 // thread reads found_inf first and returns when it is set, so a skipped step writes nothing.
-// Invariant: each element of params/velocity/working belongs to exactly one chunk and thread.
-// lr (nullable): the learning rate read on the device (amp_advance_step_'s output), else step.lr.
-__global__ void momentum_kernel(const ChunkRow* rows, const float* found_inf,
-                                const float* inv_scale, const float* lr, MomentumStep step) {
+// Invariant: each element of params/state/working belongs to exactly one chunk and thread.
+// scalars (nullable): the step's learning rate (and corrections) read on the device
+// (amp_advance_step_'s output), else step's own. The same Step as the cpu and reference kernels,
+// compiled without contraction (-fmad=false), so the same bits.
+template <class Step>
+__global__ void fused_update_kernel(const ChunkRow* rows, const float* found_inf,
+                                    const float* inv_scale, const float* scalars, Step step) {
   if (found_inf && *found_inf != 0.0f) return;
   const ChunkRow r = rows[blockIdx.x];
   const float inv = inv_scale ? *inv_scale : 1.0f;
-  if (lr) step.lr = *lr;
+  if (scalars) step.read_scalars(scalars);
   float* p = reinterpret_cast<float*>(r.ptr[0]);
   const void* g = reinterpret_cast<const void*>(r.ptr[1]);
-  float* v = reinterpret_cast<float*>(r.ptr[2]);
-  void* low = reinterpret_cast<void*>(r.ptr[3]);
+  void* low = reinterpret_cast<void*>(r.ptr[2]);
+  float* s0 = reinterpret_cast<float*>(r.ptr[3]);
+  float* s1 = reinterpret_cast<float*>(r.ptr[4]);
   const DType gdt = static_cast<DType>(r.dtype0), ldt = static_cast<DType>(r.dtype1);
   const int64_t end = min(r.start + kChunk, r.n);
   for (int64_t i = r.start + threadIdx.x; i < end; i += kThreads) {
-    step(p[i], v[i], load_elem<float>(g, gdt, i) * inv);
+    step_at(step, i, p, s0, s1, load_elem<float>(g, gdt, i) * inv);
     if (low) store_elem<float>(low, ldt, i, p[i]);
   }
 }
@@ -122,7 +114,7 @@ void amp_unscale(const AmpUnscaleProblem& p) {
   std::vector<ChunkRow> rows;
   for (const Tensor& g : p.grads)
     for (int64_t s = 0; s < g.numel(); s += kChunk)
-      rows.push_back({{as_int(g.data_ptr()), 0, 0, 0}, s, g.numel(), int64_t(g.dtype()), 0});
+      rows.push_back({{as_int(g.data_ptr()), 0, 0, 0, 0}, s, g.numel(), int64_t(g.dtype()), 0});
   if (rows.empty()) return;
   cudaStream_t st = cuda_detail::activate(p.device());
   const Tensor table = upload_rows(rows, p.device());
@@ -135,30 +127,36 @@ void amp_unscale(const AmpUnscaleProblem& p) {
 void amp_update_scale(const AmpUpdateScaleProblem& p) {
   cudaStream_t st = cuda_detail::activate(p.device());
   update_scale_kernel<<<1, 1, 0, st>>>(dev<float>(p.scale), dev<int32_t>(p.growth_tracker),
-                                       dev<float>(p.found_inf), static_cast<float>(p.growth_factor),
-                                       static_cast<float>(p.backoff_factor),
-                                       static_cast<float>(p.min_scale), p.growth_interval);
+                                       dev<float>(p.found_inf), p.rule);
   MIXPREC_CUDA_LAUNCHED();
 }
 
-void fused_momentum(const FusedMomentumProblem& p) {
+template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
   std::vector<ChunkRow> rows;
   for (size_t t = 0; t < p.params.size(); ++t) {
     const int64_t n = p.params[t].numel();
     const Tensor* low = p.working.empty() ? nullptr : &p.working[t];
+    int64_t slot[2] = {0, 0};
+    for (int k = 0; k < Step::kSlots; ++k) slot[k] = as_int(p.state[k][t].data_ptr());
     for (int64_t s = 0; s < n; s += kChunk)
       rows.push_back({{as_int(p.params[t].data_ptr()), as_int(p.grads[t].data_ptr()),
-                       as_int(p.velocity[t].data_ptr()), low ? as_int(low->data_ptr()) : 0},
-                      s, n, int64_t(p.grads[t].dtype()), low ? int64_t(low->dtype()) : 0});
+                       low ? as_int(low->data_ptr()) : 0, slot[0], slot[1]},
+                      s,
+                      n,
+                      int64_t(p.grads[t].dtype()),
+                      low ? int64_t(low->dtype()) : 0});
   }
   if (rows.empty()) return;
   cudaStream_t st = cuda_detail::activate(p.device());
   const Tensor table = upload_rows(rows, p.device());
-  momentum_kernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
+  fused_update_kernel<Step><<<static_cast<unsigned>(rows.size()), kThreads, 0, st>>>(
       static_cast<const ChunkRow*>(table.data_ptr()), dev_or_null<float>(p.found_inf),
-      dev_or_null<float>(p.inv_scale), dev_or_null<float>(p.lr), p.step);
+      dev_or_null<float>(p.inv_scale), dev_or_null<float>(p.scalars), p.step);
   MIXPREC_CUDA_LAUNCHED();
 }
+template void fused_update(const FusedSgdProblem&);
+template void fused_update(const FusedMomentumProblem&);
+template void fused_update(const FusedAdamProblem&);
 
 void amp_advance_step(const AmpAdvanceStepProblem& p) {
   cudaStream_t st = cuda_detail::activate(p.device());

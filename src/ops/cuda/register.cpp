@@ -46,7 +46,10 @@ void register_cuda_kernels() {
       {"cuda", kCuda, cuda::attention_bwd_declines, cuda::attention_bwd});
   register_kernel<AmpUnscaleProblem>({"cuda", kCuda, accept_all, cuda::amp_unscale});
   register_kernel<AmpUpdateScaleProblem>({"cuda", kCuda, accept_all, cuda::amp_update_scale});
-  register_kernel<FusedMomentumProblem>({"cuda", kCuda, accept_all, cuda::fused_momentum});
+  register_kernel<FusedSgdProblem>({"cuda", kCuda, accept_all, cuda::fused_update<SgdStep>});
+  register_kernel<FusedMomentumProblem>(
+      {"cuda", kCuda, accept_all, cuda::fused_update<MomentumStep>});
+  register_kernel<FusedAdamProblem>({"cuda", kCuda, accept_all, cuda::fused_update<AdamStep>});
   register_kernel<AmpAdvanceStepProblem>({"cuda", kCuda, accept_all, cuda::amp_advance_step});
 }
 

@@ -1,8 +1,6 @@
 // Reference kernels of the AMP multi-tensor family (ops/amp_problem.h): plain loops over each
-// tensor in order, the oracle of the CUDA kernels. The flag and scale tensors are read on the
-// host here, as these kernels run on the CPU.
-#include <bit>
-#include <cmath>
+// tensor in order, element by element, the oracle of the cpu and CUDA kernels. The flag and scale
+// tensors are read on the host here, as these kernels run on the CPU.
 #include <limits>
 
 #include "mixprec/convert.h"
@@ -38,38 +36,27 @@ void amp_unscale(const AmpUnscaleProblem& p) {
 }
 
 void amp_update_scale(const AmpUpdateScaleProblem& p) {
-  float& scale = *p.scale.data<float>();
-  int32_t& tracker = *p.growth_tracker.data<int32_t>();
-  if (*p.found_inf.data<float>() != 0.0f) {
-    scale = std::max(scale * static_cast<float>(p.backoff_factor), static_cast<float>(p.min_scale));
-    tracker = 0;
-    return;
-  }
-  const int64_t successful = int64_t{tracker} + 1;
-  if (successful >= p.growth_interval) {
-    const float grown = scale * static_cast<float>(p.growth_factor);
-    if (std::isfinite(grown)) scale = grown;
-    tracker = 0;
-  } else {
-    tracker = static_cast<int32_t>(successful);
-  }
+  p.rule(*p.scale.data<float>(), *p.growth_tracker.data<int32_t>(),
+         *p.found_inf.data<float>() != 0.0f);
 }
 
-void fused_momentum(const FusedMomentumProblem& p) {
-  if (p.found_inf.defined() && *p.found_inf.data<float>() != 0.0f) return;
-  const float inv = p.inv_scale.defined() ? *p.inv_scale.data<float>() : 1.0f;
-  MomentumStep step = p.step;
-  if (p.lr.defined()) step.lr = *p.lr.data<float>();
+template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
+  if (p.skipped_on_host()) return;
+  const Step step = p.step_on_host();
+  const float inv = p.inv_scale_on_host();
   for (size_t t = 0; t < p.params.size(); ++t) {
-    float* w = p.params[t].data<float>();
-    float* v = p.velocity[t].data<float>();
-    for (int64_t i = 0; i < p.params[t].numel(); ++i)
-      step(w[i], v[i], load_f32(p.grads[t], i) * inv);
+    const Tensor &param = p.params[t], &grad = p.grads[t];
+    float* w = param.data<float>();
+    const std::array<float*, 2> s = p.state_of(t);
+    for (int64_t i = 0; i < param.numel(); ++i)
+      step_at(step, i, w, s[0], s[1], load_f32(grad, i) * inv);
     if (!p.working.empty())
-      convert_row(w, DType::f32, p.working[t].data_ptr(), p.working[t].dtype(),
-                  p.params[t].numel());
+      convert_row(w, DType::f32, p.working[t].data_ptr(), p.working[t].dtype(), param.numel());
   }
 }
+template void fused_update(const FusedSgdProblem&);
+template void fused_update(const FusedMomentumProblem&);
+template void fused_update(const FusedAdamProblem&);
 
 void amp_advance_step(const AmpAdvanceStepProblem& p) {
   int32_t& count = *p.count.data<int32_t>();

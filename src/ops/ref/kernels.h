@@ -68,7 +68,8 @@ void attention_fwd(const AttentionFwdProblem& p);
 void attention_bwd(const AttentionBwdProblem& p);
 void amp_unscale(const AmpUnscaleProblem& p);
 void amp_update_scale(const AmpUpdateScaleProblem& p);
-void fused_momentum(const FusedMomentumProblem& p);
+// fused_update: instantiated for SgdStep, MomentumStep and AdamStep.
+template <class Step> void fused_update(const FusedUpdateProblem<Step>& p);
 void amp_advance_step(const AmpAdvanceStepProblem& p);
 
 }  // namespace mixprec::ops::ref

@@ -35,7 +35,9 @@ void register_ref_kernels() {
   register_kernel<AttentionBwdProblem>({"ref", kCpu, accept_all, ref::attention_bwd});
   register_kernel<AmpUnscaleProblem>({"ref", kCpu, accept_all, ref::amp_unscale});
   register_kernel<AmpUpdateScaleProblem>({"ref", kCpu, accept_all, ref::amp_update_scale});
-  register_kernel<FusedMomentumProblem>({"ref", kCpu, accept_all, ref::fused_momentum});
+  register_kernel<FusedSgdProblem>({"ref", kCpu, accept_all, ref::fused_update<SgdStep>});
+  register_kernel<FusedMomentumProblem>({"ref", kCpu, accept_all, ref::fused_update<MomentumStep>});
+  register_kernel<FusedAdamProblem>({"ref", kCpu, accept_all, ref::fused_update<AdamStep>});
   register_kernel<AmpAdvanceStepProblem>({"ref", kCpu, accept_all, ref::amp_advance_step});
 }
 

@@ -1,0 +1,118 @@
+// The cpu backend's AMP multi-tensor kernels (ops/amp_problem.h): the unscale + finite check and
+// the optimizers' fused updates, as OpenMP loops over chunks of 4096 elements. Each chunk is done
+// whole while it is in cache (a 16-bit chunk widened, scaled, checked and rounded back; a chunk of
+// weights updated, then rounded into its working copy), chunks are independent, and the flag is
+// an OR reduction: no result depends on the thread count. Bit for bit the reference kernels (the
+// same element formulas, no contraction: this file is compiled with -ffp-contract=off).
+#include <algorithm>
+
+#include "mixprec/convert.h"
+#include "ops/cpu/kernels.h"
+
+namespace mixprec::ops::cpu {
+namespace {
+
+constexpr int64_t kChunk = 4096;
+constexpr int64_t kParallelFrom = 65536;  // elements: a smaller tensor is not worth the fork
+
+int64_t chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+// Contiguous f32: scaled in place (do_scale), or only checked (no write pass). True if any value
+// is not finite.
+bool unscale_f32(float* p, int64_t n, float inv, bool do_scale) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > kParallelFrom)
+  for (int64_t c = 0; c < chunks(n); ++c) {
+    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    int local = 0;
+    if (do_scale) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float v = p[i] * inv;
+        local |= !finite_bits(v);
+        p[i] = v;
+      }
+    } else {
+      for (int64_t i = lo; i < hi; ++i) local |= !finite_bits(p[i]);
+    }
+    bad |= local;
+  }
+  return bad != 0;
+}
+
+// Contiguous f16/bf16: widen a chunk, scale, check the value as it will be stored, round back
+// (no write when only checking).
+bool unscale_16(void* p, DType dt, int64_t n, float inv, bool do_scale) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > kParallelFrom)
+  for (int64_t c = 0; c < chunks(n); ++c) {
+    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+    alignas(64) float buf[kChunk];
+    char* base = static_cast<char*>(p) + lo * 2;
+    convert_row(base, dt, buf, DType::f32, hi - lo);
+    int local = 0;
+    for (int64_t i = 0; i < hi - lo; ++i) {
+      const float v = do_scale ? buf[i] * inv : buf[i];
+      local |= !stores_finite(v, dt);
+      buf[i] = v;
+    }
+    if (do_scale) convert_row(buf, DType::f32, base, dt, hi - lo);
+    bad |= local;
+  }
+  return bad != 0;
+}
+
+// Elements [lo, hi) of one parameter: the step on the weights w and state s0, s1 with the
+// gradient g (f32 read in place; f16/bf16 widened into a buffer first) times inv.
+template <class Step> void update_chunk(const Step& step_in, float* w, float* s0, float* s1,
+                                        const void* g, DType gdt, int64_t lo, int64_t hi,
+                                        float inv) {
+  const Step step = step_in;  // a local copy: no store to w can change it
+  if (gdt == DType::f32) {
+    const float* gf = static_cast<const float*>(g);
+    for (int64_t i = lo; i < hi; ++i) step_at(step, i, w, s0, s1, gf[i] * inv);
+    return;
+  }
+  alignas(64) float buf[kChunk];
+  convert_row(static_cast<const char*>(g) + lo * 2, gdt, buf, DType::f32, hi - lo);
+  const float* gb = buf - lo;
+  for (int64_t i = lo; i < hi; ++i) step_at(step, i, w, s0, s1, gb[i] * inv);
+}
+
+}  // namespace
+
+void amp_unscale(const AmpUnscaleProblem& p) {
+  const float inv = *p.inv_scale.data<float>();
+  const bool do_scale = inv != 1.0f;  // x * 1 is x: a scale of 1 is a pure check
+  bool bad = false;
+  for (const Tensor& g : p.grads)
+    bad |= g.dtype() == DType::f32 ? unscale_f32(g.data<float>(), g.numel(), inv, do_scale)
+                                   : unscale_16(g.data_ptr(), g.dtype(), g.numel(), inv, do_scale);
+  if (bad) *p.found_inf.data<float>() = 1.0f;
+}
+
+template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
+  if (p.skipped_on_host()) return;
+  const Step step = p.step_on_host();
+  const float inv = p.inv_scale_on_host();
+  for (size_t t = 0; t < p.params.size(); ++t) {
+    const Tensor& param = p.params[t];
+    const int64_t n = param.numel();
+    float* w = param.data<float>();
+    const std::array<float*, 2> s = p.state_of(t);
+    const void* g = p.grads[t].data_ptr();
+    const DType gdt = p.grads[t].dtype();
+    char* low = p.working.empty() ? nullptr : static_cast<char*>(p.working[t].data_ptr());
+    const DType ldt = low ? p.working[t].dtype() : DType::f32;
+#pragma omp parallel for schedule(static) if (n > kParallelFrom)
+    for (int64_t c = 0; c < chunks(n); ++c) {
+      const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+      update_chunk(step, w, s[0], s[1], g, gdt, lo, hi, inv);
+      if (low) convert_row(w + lo, DType::f32, low + lo * 2, ldt, hi - lo);
+    }
+  }
+}
+template void fused_update(const FusedSgdProblem&);
+template void fused_update(const FusedMomentumProblem&);
+template void fused_update(const FusedAdamProblem&);
+
+}  // namespace mixprec::ops::cpu
