@@ -129,11 +129,13 @@ def test_a_worker_that_dies_is_a_failure_not_a_crash():
         w.close()
 
 
-def fake_mixprec(tmp_path, skipped, rc=0):
-    """A stand-in for `mixprec bench` that writes a report with `skipped` skipped steps."""
+def fake_mixprec(tmp_path, skipped, rc=0, optimizer="Momentum"):
+    """A stand-in for `mixprec bench --model lenet` that writes a report with `skipped` skipped
+    steps and the recipe of a step with `optimizer`."""
     script = tmp_path / "mixprec"
+    recipe = {"optimizer": optimizer, "lr": 0.01, "weight_decay": 0.0, "max_grad_norm": 0.0}
     report = {"skipped_steps": skipped, "step_ms_median": 12.5, "floor_ms": 5.0, "mixprec_version": "0",
-              "cpu_features": "avx2"}
+              "cpu_features": "avx2", "recipe": recipe}
     script.write_text("#!/bin/sh\n"
                       f"[ {rc} = 0 ] || {{ echo 'error: no such model' >&2; exit {rc}; }}\n"
                       'while [ "$1" != --report ]; do shift; done\n'
@@ -152,3 +154,12 @@ def test_a_mixprec_run_with_skipped_timed_steps_is_refused(tmp_path):
     assert ct.run_mixprec(fake_mixprec(tmp_path, skipped=ct.MIXPREC_F16_WARMUP), "lenet", f16, 3, 1)
     with pytest.raises(RuntimeError, match="no such model"):
         ct.run_mixprec(fake_mixprec(tmp_path, skipped=0, rc=2), "lenet", fig, 3, 1)
+
+
+def test_a_mixprec_step_unlike_the_peers_is_refused(tmp_path):
+    """The peer runs each model's training optimizer (RECIPE): a mixprec report whose recipe
+    names another one stops the comparison."""
+    fig = ct.Figure("mixprec", "O2-bf16", "pynative")
+    assert ct.RECIPE["lenet"] == ("Momentum", 0.01, 0.0, 0.0)
+    with pytest.raises(RuntimeError, match="built .'AdamW'.*the peer runs .'Momentum'"):
+        ct.run_mixprec(fake_mixprec(tmp_path, skipped=0, optimizer="AdamW"), "lenet", fig, 3, 1)
