@@ -36,6 +36,7 @@ struct StepsSpec {
   // true: each step's outcome is read at once (last_step(), which waits for a device step);
   // false: as the steps complete (poll_steps()), so that device steps stay in flight.
   bool wait_each_step = true;
+  int accumulation = 1;  // micro-batches per update (TrainStepOptions::accumulation_steps)
 };
 
 struct StepsRun {
@@ -77,7 +78,8 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
   else if (s.optimizer == "adamw")
     opt = std::make_unique<optim::AdamW>(net->trainable_params(), s.lr(1e-3), 0.9, 0.999, 1e-8, 0.01);
   else opt = std::make_unique<optim::Momentum>(net->trainable_params(), s.lr(0.02), 0.9, 1e-4);
-  amp::BuildOptions bo{.cast_model_type = s.low, .loss_scale_manager = s.manager()};
+  amp::BuildOptions bo{.cast_model_type = s.low, .loss_scale_manager = s.manager(),
+                       .step = {.accumulation_steps = s.accumulation}};
   auto step = amp::build_train_network(*net, *opt, loss_fn, s.level, bo);
   step->to(device);
   StepsRun r;

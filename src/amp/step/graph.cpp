@@ -1,22 +1,21 @@
-// GRAPH_MODE for the train step: forward and backward (AMP casts, loss, the loss-scale seed and
-// every gradient kernel) come from a graph::Plan keyed by the inputs' shapes and dtypes. A key's
-// first step runs eagerly (it creates the lazily made state and measures the eager peak), its
-// second is captured, later ones replay. The loss scale is an input of the plan (the backward's
-// seed holds it), so a scale change needs no new capture. The host decisions that read values
-// (finite check, skip, scale update, optimizer) stay in construct(), exactly as in eager mode.
+// GRAPH_MODE for the train step: the forward+backward stage (step.h: AMP casts, loss, the
+// loss-scale seed and every gradient kernel) comes from a graph::Plan keyed by the inputs' shapes
+// and dtypes. A key's first step runs eagerly (it creates the lazily made state and measures the
+// eager peak), its second is captured, later ones replay. The loss scale is an input of the plan
+// (the backward's seed holds it), so a scale change needs no new capture. The stages after it
+// (check, clip, update, adapt) are the pipeline's, exactly as in eager mode.
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-#include "mixprec/amp/amp.h"
+#include "amp/step/step.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/context.h"
 #include "mixprec/nn/config_generation.h"
 #include "mixprec/rng.h"
 #include "ops/dispatch.h"
 
-namespace mixprec::amp {
-namespace detail {
+namespace mixprec::amp::detail {
 
 // One key's state: seen once (no plan yet), captured (plan), or not capturable (failed).
 struct CapturedStep {
@@ -56,16 +55,14 @@ struct StepGraphs {
   }
 };
 
-}  // namespace detail
-
 namespace {
 
 // The inputs' shapes and dtypes, and the generation of the cells' configuration (a to_float, such
 // as OverflowGuard's promotion, or a new AMP level makes older plans stale).
 std::string step_key(const Tensor& data, const Tensor& label) {
   std::ostringstream k;
-  k << 'g' << nn::config_generation() << ' ' << dtype_name(data.dtype()) << shape_str(data.shape()) << ' ' << dtype_name(label.dtype())
-    << shape_str(label.shape());
+  k << 'g' << nn::config_generation() << ' ' << dtype_name(data.dtype()) << shape_str(data.shape())
+    << ' ' << dtype_name(label.dtype()) << shape_str(label.shape());
   return k.str();
 }
 
@@ -74,42 +71,46 @@ void say(const std::string& line) {
 }
 
 AmpCounters minus(const AmpCounters& a, const AmpCounters& b) {
-  return {a.casts - b.casts, a.cast_bytes - b.cast_bytes, a.flops - b.flops, a.low_flops - b.low_flops};
+  return {a.casts - b.casts, a.cast_bytes - b.cast_bytes, a.flops - b.flops,
+          a.low_flops - b.low_flops};
 }
 
 }  // namespace
 
-const GraphModeInfo& TrainOneStepCell::graph_mode_info() const {
+const GraphModeInfo& graph_mode_info(const StepCore& c) {
   static const GraphModeInfo none;
-  return graphs_ ? graphs_->info : none;
+  return c.graphs ? c.graphs->info : none;
 }
 
-bool TrainOneStepCell::graph_mode_applies(const nn::DistributedGradReducer* reducer) {
+bool graph_mode_applies(StepCore& c, const nn::DistributedGradReducer* reducer) {
   if (get_context().mode != Mode::graph) return false;
-  if (!graphs_) graphs_ = std::make_shared<detail::StepGraphs>();
+  if (!c.graphs) c.graphs = std::make_shared<StepGraphs>();
   const char* why = reducer ? "data-parallel steps (the all-reduce runs during backward)"
-                    : options_.accumulation_steps > 1 ? "gradient accumulation"
-                    : options_.check_numerics         ? "check_numerics (every op is checked as it runs)"
-                                                      : nullptr;
+                    : c.options.accumulation_steps > 1 ? "gradient accumulation"
+                    : c.options.check_numerics ? "check_numerics (every op is checked as it runs)"
+                                               : nullptr;
   if (!why) return true;
-  graphs_->info.fallback = std::string("not captured: ") + why;
-  if (!graphs_->said_why_not) say("step runs eagerly: " + graphs_->info.fallback);
-  graphs_->said_why_not = true;
-  ++graphs_->info.eager_steps;
+  c.graphs->info.fallback = std::string("not captured: ") + why;
+  if (!c.graphs->said_why_not) say("step runs eagerly: " + c.graphs->info.fallback);
+  c.graphs->said_why_not = true;
+  ++c.graphs->info.eager_steps;
   return false;
 }
 
-std::vector<Tensor> TrainOneStepCell::graph_forward_backward(const Tensor& data, const Tensor& label, double scale,
-                                                             double* loss_value) {
-  detail::StepGraphs& g = *graphs_;
-  const std::string key = step_key(data, label);
-  detail::CapturedStep* e = g.find(key);
+namespace {
+void capture_step(StepCore& c, CapturedStep& e, StepRun& r);
+}
+
+void graph_forward_backward(StepCore& c, StepRun& r) {
+  StepGraphs& g = *c.graphs;
+  const std::string key = step_key(r.data, r.label);
+  CapturedStep* e = g.find(key);
   if (e && e->plan) {  // replay
     {
       NoGradGuard no_grad;
-      e->data.copy_(data);
-      e->label.copy_(label);
-      e->seed.fill_(scale);
+      e->data.copy_(r.data);
+      e->label.copy_(r.label);
+      e->seed.fill_(r.scale);
     }
     AmpCounters& c = amp_counters();
     const AmpCounters before = c;
@@ -120,28 +121,29 @@ std::vector<Tensor> TrainOneStepCell::graph_forward_backward(const Tensor& data,
     c.flops += e->counters.flops;
     c.low_flops += e->counters.low_flops;
     ++g.info.replays;
-    *loss_value = e->loss.item();
-    return e->grads;
+    r.loss = e->loss;
+    r.grads = e->grads;
+    return;
   }
   if (!e || !e->failed.empty()) {  // a new key's first step, or a key that cannot be captured
     if (!e) e = &g.add(key);
-    std::vector<Tensor> grads;
-    const int64_t peak = graph::measure_peak([&] { grads = forward_backward(data, label, scale, loss_value); });
+    const int64_t peak = graph::measure_peak([&] { forward_backward(c, r); });
     if (e->failed.empty()) e->eager_peak = peak;
     ++g.info.eager_steps;
-    return grads;
+    return;
   }
-  return capture_step(*e, data, label, scale, loss_value);
+  capture_step(c, *e, r);
 }
 
+namespace {
 // The key's second step: runs eagerly while recorded; from the next step on, the plan replays it.
-std::vector<Tensor> TrainOneStepCell::capture_step(detail::CapturedStep& e, const Tensor& data, const Tensor& label,
-                                                   double scale, double* loss_value) {
+void capture_step(StepCore& c, CapturedStep& e, StepRun& r) {
   {
     NoGradGuard no_grad;
-    e.data = data.detach().clone();
-    e.label = label.detach().clone();
+    e.data = r.data.detach().clone();
+    e.label = r.label.detach().clone();
   }
+  const double scale = r.scale;
   const Generator& gen = default_generator();
   const std::pair<uint64_t, uint64_t> rng_before{gen.seed(), gen.offset()};
   const AmpCounters counters_before = amp_counters();
@@ -150,24 +152,29 @@ std::vector<Tensor> TrainOneStepCell::capture_step(detail::CapturedStep& e, cons
   std::string why;
   std::unique_ptr<graph::Plan> plan = graph::Plan::capture(
       [&] {
-        loss = network_(e.data, e.label);
-        detail::check_scalar_loss(loss);
+        loss = c.network(e.data, e.label);
+        check_scalar_loss(loss);
         // d(loss * scale)/d(loss) = scale, as eager's multiply gives it; written at each replay.
-        e.seed = Tensor::from_data(&scale, DType::f64, loss.shape(), {.dtype = loss.dtype(), .device = loss.device()});
-        grads = run_backward({loss}, {e.seed}, {.capture = &optimizer_.parameters()});
+        e.seed = Tensor::from_data(&scale, DType::f64, loss.shape(),
+                                   {.dtype = loss.dtype(), .device = loss.device()});
+        grads = run_backward({loss}, {e.seed}, {.capture = &c.optimizer.parameters()});
       },
       &why);
   if (plan && std::pair<uint64_t, uint64_t>{gen.seed(), gen.offset()} != rng_before) {
     why = "a random draw (dropout) inside the step";
     plan.reset();
   }
-  *loss_value = loss.item();
-  ++graphs_->info.captures;
+  {
+    NoGradGuard no_grad;
+    r.loss = loss.detach().clone();  // the plan may take the loss's buffer into its arena
+  }
+  r.grads = grads;
+  ++c.graphs->info.captures;
   if (!plan) {
     e.failed = why;
-    graphs_->info.fallback = why;
+    c.graphs->info.fallback = why;
     say("step runs eagerly from now on (" + e.key + "): " + why);
-    return grads;
+    return;
   }
   e.counters = minus(amp_counters(), counters_before);
   e.loss = loss.detach();
@@ -179,13 +186,13 @@ std::vector<Tensor> TrainOneStepCell::capture_step(detail::CapturedStep& e, cons
   e.plan = std::move(plan);
   graph::PlanStats st = e.plan->stats();
   st.eager_peak_bytes = e.eager_peak;
-  graphs_->info.plan = st;
+  c.graphs->info.plan = st;
   say("captured " + e.key + ": " + std::to_string(st.kernels) + " kernels (" +
       std::to_string(st.fused) + " fused away, " + std::to_string(st.casts_elided) +
-      " casts back removed), arena " + std::to_string(st.arena_bytes) +
-      " bytes for " + std::to_string(st.planned_buffers) + " buffers (" + std::to_string(st.unplanned_bytes) +
+      " casts back removed), arena " + std::to_string(st.arena_bytes) + " bytes for " +
+      std::to_string(st.planned_buffers) + " buffers (" + std::to_string(st.unplanned_bytes) +
       " unplanned), eager peak " + std::to_string(st.eager_peak_bytes) + " bytes");
-  return grads;
 }
+}  // namespace
 
-}  // namespace mixprec::amp
+}  // namespace mixprec::amp::detail
