@@ -62,20 +62,23 @@ bool unscale_16(void* p, DType dt, int64_t n, float inv, bool do_scale) {
 }
 
 // Elements [lo, hi) of one parameter: the step on the weights w and state s0, s1 with the
-// gradient g (f32 read in place; f16/bf16 widened into a buffer first) times inv.
-template <class Step> void update_chunk(const Step& step_in, float* w, float* s0, float* s1,
+// gradient g (of storage type G, widened as it is read: no extra pass) times inv.
+template <class Step, class G> void update_chunk(const Step& step_in, float* w, float* s0,
+                                                 float* s1, const G* g, int64_t lo, int64_t hi,
+                                                 float inv) {
+  const Step step = step_in;  // a local copy: no store to w can change it
+  for (int64_t i = lo; i < hi; ++i) step_at(step, i, w, s0, s1, load(g[i]) * inv);
+}
+
+template <class Step> void update_chunk(const Step& step, float* w, float* s0, float* s1,
                                         const void* g, DType gdt, int64_t lo, int64_t hi,
                                         float inv) {
-  const Step step = step_in;  // a local copy: no store to w can change it
-  if (gdt == DType::f32) {
-    const float* gf = static_cast<const float*>(g);
-    for (int64_t i = lo; i < hi; ++i) step_at(step, i, w, s0, s1, gf[i] * inv);
-    return;
+  switch (gdt) {
+    case DType::bf16:
+      return update_chunk(step, w, s0, s1, static_cast<const bf16*>(g), lo, hi, inv);
+    case DType::f16: return update_chunk(step, w, s0, s1, static_cast<const f16*>(g), lo, hi, inv);
+    default: return update_chunk(step, w, s0, s1, static_cast<const float*>(g), lo, hi, inv);
   }
-  alignas(64) float buf[kChunk];
-  convert_row(static_cast<const char*>(g) + lo * 2, gdt, buf, DType::f32, hi - lo);
-  const float* gb = buf - lo;
-  for (int64_t i = lo; i < hi; ++i) step_at(step, i, w, s0, s1, gb[i] * inv);
 }
 
 }  // namespace
