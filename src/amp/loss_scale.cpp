@@ -9,7 +9,9 @@
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
 #include "mixprec/error.h"
+#include "amp/consensus.h"
 #include "amp/step/step.h"
+#include "amp/step/testing.h"
 #include "mixprec/ops/amp_device.h"
 #include "mixprec/ops/ops.h"
 

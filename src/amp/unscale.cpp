@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "mixprec/amp/loss_scale.h"
+#include "amp/consensus.h"
 #include "mixprec/error.h"
 #include "ops/amp_problem.h"
 #include "ops/dispatch.h"

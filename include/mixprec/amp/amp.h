@@ -118,16 +118,17 @@ struct StepCore;  // the step's state and stages (src/amp/step/)
 // sees them, clips by the norm of the reduced gradients, reports the loss averaged over the
 // ranks, agrees on one overflow event (that of the lowest rank that had one), and averages
 // BatchNorm statistics after each update, so that every rank keeps identical state.
-// On a CUDA device (the parameters' device; to() moves them) the step is the device step: the
-// loss scale, growth tracker and found-inf flag live in device tensors, the finite check, the
-// skip, the update and the scale's adaptation are multi-tensor ops there
-// (ops/amp_device.h), and the host reads nothing while it queues the step; the flag and the
-// loss come back through cuda::Readback and complete the StepInfo when it is read (last_step(),
-// skipped_steps()), polled (poll_steps(), the next step), or when kStepsInFlight steps are queued.
-// The optimizer's step count is kept on the device as well, so a step's learning rate never
-// waits for the previous step's outcome. It supports what one GPU needs: no data parallel, no
-// clipping, no gradient accumulation, no check_numerics, no overflow provenance (the event stays
-// empty); every optimizer with a fused_step: Momentum, SGD, Adam, AdamW (docs/cuda.md).
+// The step is one pipeline of stages (docs/design.md, "The train step"). On a CUDA device (the
+// parameters' device; to() moves them) its decisions stay on the device: the found-inf flag is a
+// device tensor, the finite check, the skip, the update and the manager's scale rule (on its own
+// state tensors, which follow the step) are multi-tensor ops there (ops/amp_device.h), and the
+// host reads nothing while it queues the step; the flag and the loss come back through
+// cuda::Readback and complete the StepInfo when it is read (last_step(), skipped_steps()), polled
+// (poll_steps(), the next step), or when kStepsInFlight steps are queued. The optimizer's step
+// count is kept on the device as well, so a step's learning rate never waits for the previous
+// step's outcome. There the step supports data parallel (NCCL), gradient accumulation and every
+// optimizer (Momentum, SGD, Adam, AdamW); not yet clipping, check_numerics or gradient statistics
+// (each refused with the reason), and no overflow provenance (the event stays empty; docs/cuda.md).
 class TrainOneStepCell : public nn::Cell {
  public:
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).

@@ -39,24 +39,6 @@ bool all_finite(const std::vector<Tensor>& tensors);
 // outside data-parallel mode.
 bool finite_on_all_ranks(bool local_finite);
 
-namespace testing {
-// Test-only: false turns the cross-rank combination of finite flags off, so that a test can show
-// the divergence it prevents. Never turn it off in a real run.
-void set_overflow_consensus(bool enabled);
-}  // namespace testing
-
-namespace detail {
-// In place: each flag (1 = non-finite) becomes its maximum over the ranks, in one all-reduce;
-// left as it is outside data-parallel mode or with the consensus switched off for a test.
-void agree_on_flags(std::span<double> nonfinite_flags);
-// Whether agree_on_flags combines (data parallel, and not switched off for a test): the ranks
-// then take the same decisions, and may make the collective calls that follow from them.
-bool ranks_agree();
-// Throws naming `who` and the index of the first undefined tensor; also if `tensors` is empty
-// and !allow_empty.
-void check_gradient_list(const std::vector<Tensor>& tensors, const char* who, bool allow_empty);
-}  // namespace detail
-
 // ---------------------------------------------------------------- managers (Model route)
 
 struct LossScaleState {

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "amp/consensus.h"
 #include "mixprec/amp/amp.h"
 
 namespace mixprec::amp::detail {

@@ -1,6 +1,6 @@
 // Test-only switches of the train step (tests/amp, tests/comm): the device strategy on CPU tensors
 // and a simulated readback lag, so that the device step is tested against the host step without
-// a GPU. Never set in a real run.
+// a GPU; the data-parallel consensus on overflow switched off. Never set in a real run.
 #pragma once
 
 #include <cstdint>
@@ -13,4 +13,7 @@ void set_device_step_on_cpu(bool on);
 // later steps were queued (0: at once), as a GPU's readbacks may be, so that the steps in flight
 // and their device-side step count are exercised without a GPU.
 void set_cpu_readback_lag(int64_t steps);
+// false turns the cross-rank combination of finite flags off, so that a test can show the
+// divergence it prevents.
+void set_overflow_consensus(bool enabled);
 }  // namespace mixprec::amp::testing
