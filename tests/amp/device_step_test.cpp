@@ -1,4 +1,4 @@
-// The device train step (src/amp/train_step_device.cpp) without a GPU: run on CPU tensors (the
+// The device train step (src/amp/step/device.cpp) without a GPU: run on CPU tensors (the
 // AMP ops' reference kernels) it must take the host step's decisions and leave the same bits,
 // at O0 and O2-f16 with dynamic loss scaling, through overflows that skip steps (AdamW: within
 // rounding); and moving a CPU network to the CPU changes nothing.

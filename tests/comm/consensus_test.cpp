@@ -148,7 +148,7 @@ TEST(OverflowConsensus, FunctionalScalersAgreeThroughAllFinite) {
   EXPECT_NO_THROW(comm::check_same_on_all_ranks(entries, "the end"));
 }
 
-// The device step (src/amp/train_step_device.cpp) data parallel, on CPU tensors: rank 1's
+// The device step (src/amp/step/device.cpp) data parallel, on CPU tensors: rank 1's
 // overflow at step 7 reaches every rank through the found-inf flag's all-reduce max, so every rank
 // skips it and halves the scale; the weights equal the host step's bit for bit, and the loss (the
 // mean over the ranks, taken in f32 on the device) is the host's within f32 rounding.
