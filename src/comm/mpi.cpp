@@ -121,8 +121,6 @@ int get_local_rank_size() {
   return n;
 }
 
-bool built_with_mpi() { return true; }
-
 int default_threads_per_rank() {
   if (!is_initialized()) return 0;
   cpu_set_t mine;

@@ -28,7 +28,6 @@ int get_rank() { return 0; }
 int get_group_size() { return 1; }
 int get_local_rank() { return 0; }
 int get_local_rank_size() { return 1; }
-bool built_with_mpi() { return false; }
 int default_threads_per_rank() { return 0; }
 void abort_group(int status) { std::_Exit(status); }
 

@@ -13,10 +13,6 @@ int& capture_depth() {
   return depth;
 }
 
-void capture_fail(std::string reason) {
-  if (CaptureRecorder* r = capture_recorder()) r->fail(std::move(reason));
-}
-
 void capture_owns(const Tensor& t) {
   if (CaptureRecorder* r = capture_recorder(); r != nullptr && capture_depth() == 0 && t.defined())
     r->owns(t.impl());

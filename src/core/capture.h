@@ -56,9 +56,6 @@ template <class F> void run_kernel(F&& work) {
   r->record(std::function<void()>(std::forward<F>(work)));
 }
 
-// Tells the active recorder (if any) that the step cannot be captured, and why.
-void capture_fail(std::string reason);
-
 // From inside a kernel: tells the active recorder (if any) that the kernel holds `t` without
 // reading it (a problem field this kernel ignores, e.g. max pooling's x when the argmax workspace
 // serves; ops::RecordedCall reports every problem's inputs() / outputs() this way), so that

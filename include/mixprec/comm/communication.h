@@ -45,8 +45,6 @@ int get_local_rank();      // rank among the processes on this machine
 int get_local_rank_size(); // processes of the group on this machine
 // True when this process was started by mpirun / an MPI launcher (its environment says so).
 bool launched_by_launcher();
-// Whether this build has MPI.
-bool built_with_mpi();
 // Whether this build has NCCL, which carries the collectives of CUDA tensors (without it they
 // throw mixprec::Error saying so).
 bool built_with_nccl();

@@ -49,7 +49,6 @@ inline constexpr size_t kNumOps = static_cast<size_t>(OpId::count_);
 //   keep    : run in the input dtype
 enum class AmpPolicy : uint8_t { keep, to_low, to_fp32, promote };
 inline constexpr size_t kNumAmpPolicies = static_cast<size_t>(AmpPolicy::promote) + 1;
-std::string_view policy_name(AmpPolicy p);
 
 // compute: autocast applies; norm: BatchNorm/LayerNorm (also covered by keep_batchnorm_fp32);
 // layout: moves or reinterprets data (views, copies, casts) and is never autocast.

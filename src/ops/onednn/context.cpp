@@ -23,17 +23,6 @@ PrimitiveCache& cache() {
   return c;
 }
 
-bool has_data_type(DType d) {
-  switch (d) {
-    case DType::f32:
-    case DType::bf16:
-    case DType::f16:
-    case DType::i32:
-    case DType::u8: return true;
-    default: return false;
-  }
-}
-
 dnnl::memory::data_type data_type(DType d) {
   using dt = dnnl::memory::data_type;
   switch (d) {

@@ -19,8 +19,8 @@ namespace mixprec::ops::onednn {
 dnnl::engine& engine();
 dnnl::stream& stream();  // one per thread
 
-// f32, bf16, f16 (memory only: oneDNN 2.6 has no f16 CPU primitives), s32, s8, u8.
-bool has_data_type(DType d);
+// oneDNN's memory type of f32, bf16, f16 (memory only: oneDNN 2.6 has no f16 CPU primitives), i32
+// (s32) and u8; any other dtype is an error.
 dnnl::memory::data_type data_type(DType d);
 // The dtypes oneDNN computes in on this CPU: f32 always, bf16 where the CPU has AVX-512
 // (oneDNN emulates bf16 on AVX512-F and runs it natively on AVX512-BF16 / AMX).
