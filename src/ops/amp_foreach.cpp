@@ -16,6 +16,9 @@ std::string AmpUnscaleProblem::describe() const {
   return std::to_string(grads.size()) + " gradients on " + device().str();
 }
 std::string AmpUpdateScaleProblem::describe() const { return "scale on " + device().str(); }
+std::string AmpClipProblem::describe() const {
+  return std::to_string(grads.size()) + " gradients on " + device().str();
+}
 std::string AmpAdvanceStepProblem::describe() const {
   return std::to_string(table.defined() ? table.size(0) : 0) + " table rows on " + device().str();
 }
@@ -181,6 +184,31 @@ void amp_advance_step_(const Tensor& count, const Tensor& found_inf, const Tenso
            AmpAdvanceStepProblem{count, found_inf, table, out, base});
   count.storage()->bump_version();
   out.storage()->bump_version();
+}
+
+void amp_clip_by_global_norm_(const std::vector<Tensor>& grads, const Tensor& scale,
+                              int64_t micro_batches, double max_norm, const Tensor& found_inf,
+                              const Tensor& inv_scale, const Tensor& norm) {
+  constexpr std::string_view op = "amp_clip_by_global_norm_";
+  check_flag(op, "found_inf", found_inf, DType::f32,
+             found_inf.defined() ? found_inf.device() : Device::cpu());
+  const Device device = found_inf.device();
+  if (scale.defined()) check_flag(op, "scale", scale, DType::f32, device);
+  check_flag(op, "inv_scale", inv_scale, DType::f32, device);
+  check_flag(op, "norm", norm, DType::f64, device);
+  MIXPREC_CHECK(micro_batches >= 1, op, ": micro_batches must be >= 1, got ", micro_batches);
+  MIXPREC_CHECK(max_norm > 0 && max_norm < std::numeric_limits<double>::infinity(), op,
+                ": max_norm must be finite and > 0, got ", max_norm);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    MIXPREC_CHECK(g.defined() && g.is_contiguous() && g.device() == device &&
+                      (g.dtype() == DType::f32 || is_low_precision(g.dtype())),
+                  op, ": gradient ", i, " must be a contiguous f32, f16 or bf16 tensor on ",
+                  device.str(), ", got ", g.defined() ? desc(g) : std::string("undefined"));
+  }
+  dispatch(OpId::amp_clip, "update",
+           AmpClipProblem{grads, scale, found_inf, inv_scale, norm, micro_batches, max_norm});
+  for (const Tensor* t : {&found_inf, &inv_scale, &norm}) t->storage()->bump_version();
 }
 
 }  // namespace mixprec::ops

@@ -203,4 +203,35 @@ struct AmpAdvanceStepProblem {
   std::string describe() const;
 };
 
+// The clip stage of the train step (src/amp/step): the global L2 norm of every gradient times
+// unscale = 1 / (scale * micro_batches) (f64; the scale, f32 [], read where the tensors live,
+// undefined: 1), the squares summed in f64 over chunks of kClipChunk elements of each tensor and
+// the chunk sums added in order, tensor by tensor, so every rank and device gets the same bits
+// from the same gradients. When found_inf (f32 []) is already set, norm (f64 []) = -1 and nothing
+// else is written; otherwise norm = that norm, a non-finite norm sets found_inf, and a finite one
+// sets inv_scale (f32 []) = unscale * (norm > max_norm ? max_norm / norm : 1), in f64 rounded once.
+struct AmpClipProblem {
+  std::vector<Tensor> grads;  // f32, f16 or bf16, contiguous
+  Tensor scale, found_inf, inv_scale, norm;
+  int64_t micro_batches = 1;
+  double max_norm = 1.0;
+  Device device() const { return found_inf.device(); }
+  std::string describe() const;
+};
+inline constexpr int64_t kClipChunk = 4096;
+MIXPREC_HD inline double clip_unscale(float scale, int64_t micro_batches) {
+  return 1.0 / (static_cast<double>(scale) * static_cast<double>(micro_batches));
+}
+// AmpClipProblem's decision from the sum of squares (sqrt taken here).
+MIXPREC_HD inline void clip_decide(double sum_sq, double unscale, double max_norm, float* found_inf,
+                                   float* inv_scale, double* norm) {
+  const double n = std::sqrt(sum_sq);
+  *norm = n;
+  if (!std::isfinite(n)) {
+    *found_inf = 1.0f;
+    return;
+  }
+  *inv_scale = static_cast<float>(n > max_norm ? unscale * (max_norm / n) : unscale);
+}
+
 }  // namespace mixprec::ops

@@ -264,7 +264,7 @@ TEST(DeviceStep, RefusesWhatItDoesNotSupportYet) {
   auto net = nn::make_model("simplenet");
   nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
   optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
-  auto step = amp::build_train_network(*net, opt, loss_fn, "O0", {.step = {.max_grad_norm = 1.0}});
+  auto step = amp::build_train_network(*net, opt, loss_fn, "O0", {.step = {.check_numerics = true}});
   amp::testing::set_device_step_on_cpu(true);
   const Tensor x = testing::random({2, 1, 28, 28}, 1, DType::f32);
   const Tensor y = Tensor::from_vector(std::vector<int64_t>{1, 2}, {2});
@@ -275,10 +275,30 @@ TEST(DeviceStep, RefusesWhatItDoesNotSupportYet) {
     clip = e.what();
   }
   amp::testing::set_device_step_on_cpu(false);
-  EXPECT_NE(clip.find("gradient clipping (max_grad_norm > 0) is not available on a device"),
-            std::string::npos)
-      << clip;
+  EXPECT_NE(clip.find("check_numerics is not available on a device"), std::string::npos) << clip;
   EXPECT_EQ(step->attempted_steps(), 0);
+}
+
+// Clipping on the device: the global norm and the multiplier come from the same kernel family as
+// the host's (ops::amp_clip_by_global_norm_), so the decisions, the reported norms and the bits
+// are the host step's, for gpt-tiny's recipe (AdamW, max norm 1.0) and for an O2-f16 run with
+// skipped steps and two steps in flight.
+TEST(DeviceStep, ClippingEqualsTheHostStepBitForBit) {
+  const StepsSpec gpt{.model = "gpt-tiny", .steps = 3, .batch = 2, .optimizer = "adamw", .max_grad_norm = 1.0};
+  const StepsSpec f16{.model = "lenet", .level = "O2", .low = DType::f16,
+                      .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                      .steps = 8, .max_grad_norm = 0.5};
+  for (const StepsSpec& s : {gpt, f16}) {
+    SCOPED_TRACE(s.model);
+    const StepsRun host = run_steps(s, Device::cpu()), dev = device_step_on_cpu(s, 2);
+    expect_same_decisions(dev, host);
+    for (size_t k = 0; k < host.steps.size(); ++k) {
+      EXPECT_EQ(dev.steps[k].grad_norm, host.steps[k].grad_norm) << "step " << k;
+      if (!host.steps[k].overflow) EXPECT_GT(host.steps[k].grad_norm, 0.0) << "step " << k;
+    }
+    expect_close(dev.weights, host.weights, 0.0, "weight");
+    if (s.model == "lenet") EXPECT_GT(host.skipped, 0) << "the case must skip a step";
+  }
 }
 
 // Gradient accumulation on the device: the micro-batches are summed there and the update

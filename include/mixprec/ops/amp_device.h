@@ -84,6 +84,15 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
 // (f32 [rows, width]: row j = optim::Optimizer::step_scalars(base + j), the learning rate and
 // whatever else depends on the step), then count (i32 [1]) += 1 unless found_inf (f32 [1];
 // undefined: never skipped) is set. A count outside [base, base + rows) writes NaN into `out`.
+// Clipping by the global norm, decided where the tensors live (ops/amp_problem.h, AmpClipProblem):
+// unless found_inf (f32 []) is set (then norm = -1), norm (f64 []) = || grads * unscale ||_2 with
+// unscale = 1 / (scale * micro_batches) (scale f32 [], undefined: 1), summed in f64 in a fixed
+// order; a non-finite norm sets found_inf, otherwise inv_scale (f32 []) = unscale, times max_norm /
+// norm when the norm is above max_norm: the multiplier the fused update reads the gradients with.
+void amp_clip_by_global_norm_(const std::vector<Tensor>& grads, const Tensor& scale,
+                              int64_t micro_batches, double max_norm, const Tensor& found_inf,
+                              const Tensor& inv_scale, const Tensor& norm);
+
 void amp_advance_step_(const Tensor& count, const Tensor& found_inf, const Tensor& table,
                        int64_t base, const Tensor& out);
 

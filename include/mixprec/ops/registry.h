@@ -36,7 +36,7 @@ enum class OpId : uint16_t {
   // losses
   softmax_cross_entropy, nll_loss, mse_loss,
   // AMP's optimizer-side multi-tensor updates (ops/amp_foreach.cpp; never autograd nodes)
-  amp_unscale, amp_update_scale, fused_sgd, fused_momentum, fused_adam, amp_advance_step,
+  amp_unscale, amp_update_scale, fused_sgd, fused_momentum, fused_adam, amp_advance_step, amp_clip,
   count_
 };
 // clang-format on
@@ -129,6 +129,7 @@ inline constexpr std::array<OpInfo, kNumOps> kOps{{
     {OpId::fused_momentum, "fused_momentum", AmpPolicy::keep, 0, OpKind::compute},
     {OpId::fused_adam, "fused_adam", AmpPolicy::keep, 0, OpKind::compute},
     {OpId::amp_advance_step, "amp_advance_step", AmpPolicy::keep, 0, OpKind::compute},
+    {OpId::amp_clip, "amp_clip", AmpPolicy::keep, 0, OpKind::compute},
 }};
 
 consteval bool op_table_in_enum_order() {

@@ -72,7 +72,8 @@ struct InFlight {
   int64_t queued_at = 0;   // attempted steps when it was queued
   int64_t generation = 0;  // the manager's, when it was queued
   bool data_parallel = false;
-  Pending flag, local_flag, loss, scale;
+  bool clipped = false;
+  Pending flag, local_flag, loss, scale, norm;
 };
 }  // namespace
 
@@ -87,6 +88,7 @@ struct DeviceState {
   Tensor local_inf;             // data parallel: this rank's flag before the consensus
   Tensor count;                 // i32 [1]: the optimizer's applied updates
   Tensor scalars;               // f32 [width]: this update's step_scalars (from count)
+  Tensor norm, clip_inv;        // f64 [], f32 []: the clip stage's norm and multiplier
   int64_t count_mirrored = -1;  // the optimizer's step count `count` holds
   std::deque<std::unique_ptr<InFlight>> in_flight;  // oldest first
   std::vector<std::unique_ptr<InFlight>> spare;     // completed, their Readbacks kept for reuse
@@ -141,11 +143,13 @@ bool complete_oldest(StepCore& c, bool wait) {
   if (!wait) {
     const bool back = cpu ? c.attempted - f.queued_at >= g_cpu_readback_lag
                           : f.flag.ready() && f.loss.ready() && f.scale.ready() &&
-                                (!f.data_parallel || f.local_flag.ready());
+                                (!f.data_parallel || f.local_flag.ready()) &&
+                                (!f.clipped || f.norm.ready());
     if (!back) return false;
   }
   const double flag = f.flag.wait(), loss = f.loss.wait(), scale = c.manager ? f.scale.wait() : 1.0;
   const double local = f.data_parallel ? f.local_flag.wait() : flag;
+  if (f.clipped) f.info.grad_norm = f.norm.wait();
   std::unique_ptr<InFlight> done = std::move(d.in_flight.front());
   d.in_flight.pop_front();
   d.spare.push_back(std::move(done));
@@ -157,8 +161,7 @@ void check_device_options(const TrainStepOptions& o, bool parallel, Device devic
   if (parallel)  // the collectives' own check: tensors on a GPU need NCCL in the build
     (void)comm::detail::transport_for(device, true, communication::built_with_nccl(),
                                       "TrainOneStepCell (data parallel)");
-  const char* what = o.max_grad_norm > 0      ? "gradient clipping (max_grad_norm > 0)"
-                     : o.check_numerics       ? "check_numerics"
+  const char* what = o.check_numerics         ? "check_numerics"
                      : o.grad_stats_every > 0 ? "gradient statistics (grad_stats_every > 0)"
                                               : nullptr;
   MIXPREC_CHECK(what == nullptr, "TrainOneStepCell: ", what, " is not available on a device yet",
@@ -229,8 +232,38 @@ class DeviceDecisions final : public Decisions {
     r.loss = ops::mul(total, 1.0 / communication::get_group_size());
   }
 
-  void clip(StepCore&, StepRun&) override {
-    MIXPREC_ASSERT(false, "the device step does not clip yet (check_device_options refuses it)");
+  // The global norm and the clip's multiplier on the device (ops::amp_clip_by_global_norm_, the
+  // host strategy's norm): the update then reads the gradients with it; a non-finite norm sets
+  // the flag. The multiplier starts as the plain 1 / (scale * n), what an overflowing step
+  // applies when it is not dropped.
+  void clip(StepCore& c, StepRun& r) override {
+    DeviceState& d = *c.device;
+    NoGradGuard ng;
+    if (!d.norm.defined()) {
+      d.norm = zeros({}, {.dtype = DType::f64, .device = d.device});
+      d.clip_inv = zeros({}, {.device = d.device});
+    }
+    unscale_multiplier(c, r);
+    d.clip_inv.copy_(r.inv_scale.defined() ? r.inv_scale : d.one);
+    std::vector<Tensor> grads;
+    for (const Tensor& g : r.grads)
+      if (g.defined()) grads.push_back(g.contiguous());
+    ops::amp_clip_by_global_norm_(grads, r.scale_t, c.options.accumulation_steps,
+                                  c.options.max_grad_norm, d.found_inf, d.clip_inv, d.norm);
+    r.inv_scale = d.clip_inv;
+    r.clipped = true;
+  }
+
+  // 1 / (scale * micro-batches), f32 [] divided on the device (undefined: 1).
+  static void unscale_multiplier(StepCore& c, StepRun& r) {
+    DeviceState& d = *c.device;
+    AutocastScope as_is(AutocastState{});
+    const int n = c.options.accumulation_steps;
+    if (c.manager)
+      r.inv_scale =
+          ops::div(d.one, n == 1 ? r.scale_t : ops::mul(r.scale_t, static_cast<double>(n)));
+    else if (n > 1)
+      r.inv_scale = full({}, 1.0 / n, {.device = d.device});
   }
 
   // The update, skipped on the device when the flag is set (drop_overflow_update), unscaling by
@@ -242,14 +275,7 @@ class DeviceDecisions final : public Decisions {
     for (size_t i = 0; i < r.grads.size(); ++i)
       if (!r.grads[i].defined()) r.grads[i] = zeros(params[i].shape(), {.device = d.device});
     const bool drop = c.manager && c.manager->get_drop_overflow_update();
-    if (c.manager) {
-      AutocastScope as_is(AutocastState{});
-      const int n = c.options.accumulation_steps;
-      r.inv_scale =
-          ops::div(d.one, n == 1 ? r.scale_t : ops::mul(r.scale_t, static_cast<double>(n)));
-    } else if (c.options.accumulation_steps > 1) {
-      r.inv_scale = full({}, 1.0 / c.options.accumulation_steps, {.device = d.device});
-    }
+    if (!r.clipped) unscale_multiplier(c, r);
     // The step-dependent scalars (learning rate, Adam's bias corrections) of every update count
     // this step can run with: the host knows `base` updates; each step in flight adds one unless
     // it is skipped. amp_advance_step_ picks the row on the device.
@@ -282,6 +308,8 @@ class DeviceDecisions final : public Decisions {
     f->info = c.last;
     f->queued_at = c.attempted;
     f->data_parallel = r.reducer != nullptr;
+    f->clipped = r.clipped;
+    if (r.clipped) f->norm.request(d.norm);
     f->flag.request(d.found_inf);
     if (r.reducer)
       f->local_flag.request(d.local_inf);

@@ -8,6 +8,7 @@
 
 #include "amp/step/step.h"
 #include "mixprec/comm/communication.h"
+#include "mixprec/ops/amp_device.h"
 
 namespace mixprec::amp::detail {
 namespace {
@@ -57,13 +58,22 @@ class HostDecisions final : public Decisions {
     decide(c, r);
   }
 
+  // The norm is the ops kit's (ops::amp_clip_by_global_norm_ on CPU tensors), the device
+  // strategy's kernel: one definition of the norm's summation order.
   void clip(StepCore& c, StepRun& r) override {
     if (!r.finite) return;
-    r.norm = global_norm(r.grads, r.unscale);
-    if (!std::isfinite(r.norm))
+    std::vector<Tensor> grads;
+    for (const Tensor& g : r.grads)
+      if (g.defined()) grads.push_back(g.contiguous());
+    const Tensor found = zeros({}), inv = zeros({}), norm = zeros({}, {.dtype = DType::f64});
+    ops::amp_clip_by_global_norm_(grads, c.manager ? ScaleAccess::scale(*c.manager) : Tensor(),
+                                  c.options.accumulation_steps, c.options.max_grad_norm, found, inv,
+                                  norm);
+    r.norm = norm.item();
+    if (found.item() != 0.0)
       r.finite = false;
-    else if (r.norm > c.options.max_grad_norm)
-      r.grad_scale *= c.options.max_grad_norm / r.norm;
+    else
+      r.grad_scale = inv.item();  // f32: the update's multiplier, as Optimizer::step rounds it
     decide(c, r);
   }
 

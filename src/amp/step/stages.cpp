@@ -1,6 +1,6 @@
-// The train step's stages that are the same for every strategy (step.h): the global norm of the
-// clip stage, gradient statistics, the agreement on one overflow event across ranks, the AMP
-// telemetry of a step, and the warning of an update applied with non-finite gradients.
+// The train step's stages that are the same for every strategy (step.h): gradient statistics, the
+// agreement on one overflow event across ranks, the AMP telemetry of a step, and the warning of an
+// update applied with non-finite gradients.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,32 +14,6 @@
 
 namespace mixprec::amp {
 namespace detail {
-
-// The unscaling is applied before squaring, so a large loss scale cannot overflow the sum of
-// squares. Squares are summed in f64 over fixed chunks combined in order, so every rank (whatever
-// its thread count) gets the same norm from the same reduced gradients.
-double global_norm(const std::vector<Tensor>& grads, double scale) {
-  constexpr int64_t kChunk = 4096;
-  double sq = 0.0;
-  for (const Tensor& g : grads) {
-    if (!g.defined()) continue;
-    const Tensor g32 = ops::amp_cast(g, DType::f32).contiguous();
-    const float* p = g32.data<float>();
-    const int64_t n = g32.numel(), chunks = (n + kChunk - 1) / kChunk;
-    std::vector<double> part(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double acc = 0.0;
-      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
-        const double v = static_cast<double>(p[i]) * scale;
-        acc += v * v;
-      }
-      part[static_cast<size_t>(c)] = acc;
-    }
-    for (double v : part) sq += v;
-  }
-  return std::sqrt(sq);
-}
 
 namespace {
 // NonFiniteEvent <-> text, to hand one rank's event to the others.

@@ -55,7 +55,8 @@ struct StepRun {
   double grad_scale = 1.0;  // multiplies each gradient in the update: unscale, clipped
   double norm = -1.0;
   // Device decisions.
-  Tensor inv_scale;  // f32 [], the update's gradient multiplier
+  Tensor inv_scale;      // f32 [], the update's gradient multiplier
+  bool clipped = false;  // inv_scale is the clip stage's
 };
 
 // The cell's state: the network and optimizer it steps, the manager, the options and counters.
@@ -134,8 +135,6 @@ void graph_forward_backward(StepCore& c, StepRun& r);
 void agree_on_event(std::optional<NonFiniteEvent>& event);
 // The AMP telemetry of the forward pass since `before`.
 void fill_telemetry(StepInfo& s, const AmpCounters& before);
-// Global L2 norm of the gradients times `scale`, in f64 over fixed chunks (stages.cpp).
-double global_norm(const std::vector<Tensor>& grads, double scale);
 // "applied an update with non-finite gradients" (drop_overflow_update false), once per step.
 void warn_applied_overflow(int64_t step);
 

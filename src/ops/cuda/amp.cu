@@ -166,4 +166,63 @@ void amp_advance_step(const AmpAdvanceStepProblem& p) {
   MIXPREC_CUDA_LAUNCHED();
 }
 
+namespace {
+// One thread per chunk of kClipChunk elements: its sum of squares in f64, in element order (the
+// reference's order, so the bits match it). Rows use ptr[0] (the gradient), start, n, dtype0.
+__global__ void clip_partial_kernel(const ChunkRow* rows, int64_t count, const float* scale,
+                                    int64_t micro, const float* found_inf, double* part) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= count || *found_inf != 0.0f) return;
+  const ChunkRow row = rows[r];
+  const double unscale = clip_unscale(scale ? *scale : 1.0f, micro);
+  const DType dt = static_cast<DType>(row.dtype0);
+  const void* g = reinterpret_cast<const void*>(row.ptr[0]);
+  const int64_t end = min(row.start + kClipChunk, row.n);
+  double acc = 0.0;
+  for (int64_t i = row.start; i < end; ++i) {
+    const double v = static_cast<double>(load_elem<float>(g, dt, i)) * unscale;
+    acc += v * v;
+  }
+  part[r] = acc;
+}
+
+// One thread: the chunk sums added in order, then the decision (clip_decide).
+__global__ void clip_decide_kernel(const double* part, int64_t count, const float* scale,
+                                   int64_t micro, double max_norm, float* found_inf,
+                                   float* inv_scale, double* norm) {
+  if (*found_inf != 0.0f) {
+    *norm = -1.0;
+    return;
+  }
+  double sq = 0.0;
+  for (int64_t r = 0; r < count; ++r) sq += part[r];
+  clip_decide(sq, clip_unscale(scale ? *scale : 1.0f, micro), max_norm, found_inf, inv_scale,
+              norm);
+}
+}  // namespace
+
+void amp_clip(const AmpClipProblem& p) {
+  std::vector<ChunkRow> rows;
+  for (const Tensor& g : p.grads)
+    for (int64_t s = 0; s < g.numel(); s += kClipChunk)
+      rows.push_back({{as_int(g.data_ptr()), 0, 0, 0, 0}, s, g.numel(), int64_t(g.dtype()), 0});
+  cudaStream_t st = cuda_detail::activate(p.device());
+  const int64_t count = static_cast<int64_t>(rows.size());
+  Tensor table, part;
+  if (count > 0) {
+    table = upload_rows(rows, p.device());
+    part = Tensor::empty({count}, {.dtype = DType::f64, .device = p.device()});
+    const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
+    clip_partial_kernel<<<blocks, kThreads, 0, st>>>(
+        static_cast<const ChunkRow*>(table.data_ptr()), count, dev_or_null<float>(p.scale),
+        p.micro_batches, dev<float>(p.found_inf), dev<double>(part));
+    MIXPREC_CUDA_LAUNCHED();
+  }
+  clip_decide_kernel<<<1, 1, 0, st>>>(count > 0 ? dev<double>(part) : nullptr, count,
+                                      dev_or_null<float>(p.scale), p.micro_batches, p.max_norm,
+                                      dev<float>(p.found_inf), dev<float>(p.inv_scale),
+                                      dev<double>(p.norm));
+  MIXPREC_CUDA_LAUNCHED();
+}
+
 }  // namespace mixprec::ops::cuda

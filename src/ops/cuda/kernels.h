@@ -97,5 +97,6 @@ void amp_update_scale(const AmpUpdateScaleProblem& p);
 // fused_update: instantiated for SgdStep, MomentumStep and AdamStep.
 template <class Step> void fused_update(const FusedUpdateProblem<Step>& p);
 void amp_advance_step(const AmpAdvanceStepProblem& p);
+void amp_clip(const AmpClipProblem& p);
 
 }  // namespace mixprec::ops::cuda

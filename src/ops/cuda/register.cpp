@@ -51,6 +51,7 @@ void register_cuda_kernels() {
       {"cuda", kCuda, accept_all, cuda::fused_update<MomentumStep>});
   register_kernel<FusedAdamProblem>({"cuda", kCuda, accept_all, cuda::fused_update<AdamStep>});
   register_kernel<AmpAdvanceStepProblem>({"cuda", kCuda, accept_all, cuda::amp_advance_step});
+  register_kernel<AmpClipProblem>({"cuda", kCuda, accept_all, cuda::amp_clip});
 }
 
 }  // namespace mixprec::ops

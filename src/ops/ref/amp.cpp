@@ -1,7 +1,9 @@
 // Reference kernels of the AMP multi-tensor family (ops/amp_problem.h): plain loops over each
 // tensor in order, element by element, the oracle of the cpu and CUDA kernels. The flag and scale
 // tensors are read on the host here, as these kernels run on the CPU.
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "mixprec/convert.h"
 #include "ops/amp_problem.h"
@@ -68,6 +70,43 @@ void amp_advance_step(const AmpAdvanceStepProblem& p) {
     out[k] =
         row >= 0 && row < rows ? table[row * width + k] : std::numeric_limits<float>::quiet_NaN();
   if (!p.found_inf.defined() || *p.found_inf.data<float>() == 0.0f) ++count;
+}
+
+// The chunks of each tensor in parallel (OpenMP), their sums combined in order: the same bits for
+// any thread count. This is the host's norm too (the train step's host strategy runs it).
+void amp_clip(const AmpClipProblem& p) {
+  if (*p.found_inf.data<float>() != 0.0f) {
+    *p.norm.data<double>() = -1.0;
+    return;
+  }
+  const double unscale =
+      clip_unscale(p.scale.defined() ? *p.scale.data<float>() : 1.0f, p.micro_batches);
+  double sq = 0.0;
+  std::vector<float> buf;
+  for (const Tensor& g : p.grads) {
+    const int64_t n = g.numel(), chunks = (n + kClipChunk - 1) / kClipChunk;
+    const float* x = nullptr;
+    if (g.dtype() == DType::f32) {
+      x = g.data<float>();
+    } else {
+      buf.resize(static_cast<size_t>(n));
+      convert_row(g.data_ptr(), g.dtype(), buf.data(), DType::f32, n);  // exact widening
+      x = buf.data();
+    }
+    std::vector<double> part(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t c = 0; c < chunks; ++c) {
+      double acc = 0.0;
+      for (int64_t i = c * kClipChunk; i < std::min(n, (c + 1) * kClipChunk); ++i) {
+        const double v = static_cast<double>(x[i]) * unscale;
+        acc += v * v;
+      }
+      part[static_cast<size_t>(c)] = acc;
+    }
+    for (double v : part) sq += v;
+  }
+  clip_decide(sq, unscale, p.max_norm, p.found_inf.data<float>(), p.inv_scale.data<float>(),
+              p.norm.data<double>());
 }
 
 }  // namespace mixprec::ops::ref

@@ -39,6 +39,7 @@ void register_ref_kernels() {
   register_kernel<FusedMomentumProblem>({"ref", kCpu, accept_all, ref::fused_update<MomentumStep>});
   register_kernel<FusedAdamProblem>({"ref", kCpu, accept_all, ref::fused_update<AdamStep>});
   register_kernel<AmpAdvanceStepProblem>({"ref", kCpu, accept_all, ref::amp_advance_step});
+  register_kernel<AmpClipProblem>({"ref", kCpu, accept_all, ref::amp_clip});
 }
 
 }  // namespace mixprec::ops
