@@ -1,6 +1,6 @@
 // Grad mode: whether ops record the autograd graph on this thread (on by default), and the RAII
 // guards that switch it for a scope (PyTorch's no_grad / enable_grad). The graph's structures are
-// the library's own (src/core/graph.h); the engine is autograd/autograd.h.
+// the library's own (src/core/autograd_graph.h); the engine is autograd/autograd.h.
 #pragma once
 
 namespace mixprec {

@@ -1,6 +1,6 @@
 // Umbrella header: everything a program that trains with mixprec programs against (tensors,
 // ops, cells, AMP, optimizers, data, Model, callbacks, guards, checkpoints). The library's
-// internals stay out: the autograd graph's nodes and saved tensors (src/core/graph.h), the
+// internals stay out: the autograd graph's nodes and saved tensors (src/core/autograd_graph.h), the
 // weight cast cache (src/ops/cast_cache.h), kernel dispatch (src/ops/dispatch.h).
 #pragma once
 

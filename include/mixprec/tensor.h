@@ -54,8 +54,8 @@ struct TensorOptions {
   Device device = Device::cpu();
 };
 
-struct AutogradMeta;  // src/core/graph.h (internal)
-struct Node;          // src/core/graph.h (internal)
+struct AutogradMeta;  // src/core/autograd_graph.h (internal)
+struct Node;          // src/core/autograd_graph.h (internal)
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
@@ -111,7 +111,7 @@ class Tensor {
   void* data_ptr() const;
   template <class T> T* data() const;
 
-  // ---- autograd (src/core/graph.h has the structures, autograd/ the engine)
+  // ---- autograd (src/core/autograd_graph.h has the structures, autograd/ the engine)
   bool requires_grad() const;
   // Marks a leaf as requiring gradients (parameters). Returns *this.
   Tensor& set_requires_grad(bool on = true);

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "mixprec/autograd/autograd.h"
-#include "core/graph.h"
+#include "core/autograd_graph.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/numerics.h"
 #include "mixprec/ops/ops.h"
@@ -120,7 +120,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs,
     const Tensor seed_in = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     check_seed(out, seed_in);
     Tensor seed = seed_in.defined() ? seed_in : ones(out.shape(), {.dtype = out.dtype(), .device = out.device()});
-    seeds.emplace_back(graph::edge_of(out), seed);
+    seeds.emplace_back(autograd::edge_of(out), seed);
     if (!out.grad_fn()) count_capture_edge(seeds.back().first);
     if (out.grad_fn()) visit(out.grad_fn().get());
   }

@@ -16,7 +16,7 @@
 #include "mixprec/convert.h"
 #include "strided_copy.h"
 #include "tensor_raw.h"
-#include "graph.h"
+#include "autograd_graph.h"
 #include "capture.h"
 
 namespace mixprec {

@@ -181,7 +181,7 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
                             bad, max_abs({&q, &k}));
   prm.softmax_nonfinite = nullptr;
 
-  if (graph::needs_grad({&q, &k, &v})) {
+  if (autograd::needs_grad({&q, &k, &v})) {
     auto s = std::make_shared<Saved>(Saved{SavedTensor(q.detach()), SavedTensor(k.detach()),
                                            SavedTensor(v.detach()), SavedTensor(o.detach()),
                                            SavedTensor(lse), prm, current_cell_path()});

@@ -161,7 +161,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
                    o.activation == Activation::relu};
   dispatch(OpId::conv2d, "forward", p);
   Tensor y = p.y;
-  if (graph::needs_grad({&x, &w, &b})) {
+  if (autograd::needs_grad({&x, &w, &b})) {
     auto s = std::make_shared<ConvSaved>();
     *s = ConvSaved{g,
                    layout,

@@ -81,7 +81,7 @@ Tensor binary_op(OpId id, PointwiseFn fn, const Tensor& a0, const Tensor& b0, Bw
   check_binary(op_name(id), a, b);
   const DType dt = promote(a.dtype(), b.dtype());
   Tensor out = pointwise(id, "forward", fn, {a, b}, dt);
-  if (graph::needs_grad({&a, &b})) {
+  if (autograd::needs_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     SavedTensor sa(a), sb(b), so(out.detach());
     const Shape sha = a.shape(), shb = b.shape();
@@ -103,7 +103,7 @@ template <class F> Tensor unary_op(OpId id, const Tensor& x0, PointwiseFn fwd, P
   const Tensor& x = p.in[0];
   check_floating(op_name(id), x, "input");
   Tensor out = pointwise(id, "forward", fwd, {x}, x.dtype(), a, b);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     constexpr Needs needs = F::needs;
     constexpr bool nx = needs == Needs::x || needs == Needs::xy;
     constexpr bool ny = needs == Needs::y || needs == Needs::xy;
@@ -267,7 +267,7 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   check_binary("where", a, b);
   const DType dt = promote(a.dtype(), b.dtype());
   Tensor out = pointwise(OpId::where, "forward", PointwiseFn::where, {cond, a, b}, dt);
-  if (graph::needs_grad({&a, &b})) {
+  if (autograd::needs_grad({&a, &b})) {
     SavedTensor sc(cond);
     const Shape sha = a.shape(), shb = b.shape();
     const bool ga = a.requires_grad(), gb = b.requires_grad();
@@ -301,7 +301,7 @@ Tensor masked_fill(const Tensor& x0, const Tensor& mask, double value) {
                 " must broadcast to the input shape ", shape_str(x.shape()));
   Tensor out = pointwise(OpId::masked_fill, "forward", PointwiseFn::masked_fill, {x, mask},
                          x.dtype(), value);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     SavedTensor sm(mask);
     record(OpId::masked_fill, {x}, out, [sm](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{pointwise(OpId::masked_fill, "backward",
@@ -322,7 +322,7 @@ Tensor relu(const Tensor& x0) {
   const Tensor& x = p.in[0];
   check_floating("relu", x, "input");
   Tensor out = pointwise(OpId::relu, "forward", PointwiseFn::relu, {x}, x.dtype());
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     SavedTensor so(out.detach());
     record(OpId::relu, {x}, out, [so](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{relu_backward(g[0], so.unpack("relu"))};

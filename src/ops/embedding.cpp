@@ -63,7 +63,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight0) {
                               Tensor::empty(out_shape, {.dtype = w.dtype(), .device = w.device()})};
   dispatch(OpId::embedding, "forward", f);
   Tensor out = f.out;
-  if (graph::needs_grad({&w})) {
+  if (autograd::needs_grad({&w})) {
     const int64_t n = idx.numel();
     record(OpId::embedding, {w}, out, [idx, num, dim, n](const std::vector<Tensor>& g) {
       const Tensor grad = g[0].reshape({n, dim}).contiguous();
@@ -113,7 +113,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   const double scale = 1.0 / (1.0 - p);
   Tensor out =
       pointwise(OpId::dropout, "forward", PointwiseFn::dropout, {x, mask}, x.dtype(), scale);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     record(OpId::dropout, {x}, out, [mask, scale](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{pointwise(OpId::dropout, "backward", PointwiseFn::dropout,
                                            {g[0], mask}, g[0].dtype(), scale)};

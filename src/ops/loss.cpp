@@ -113,7 +113,7 @@ Tensor softmax_cross_entropy(const Tensor& logits0, const Tensor& labels0,
   dispatch(OpId::softmax_cross_entropy, "forward",
            CrossEntropyFwdProblem{x, lab, o.sparse, per, row_max, row_logsum});
   Tensor out = reduce_loss(per, o.reduction);
-  if (graph::needs_grad({&logits})) {
+  if (autograd::needs_grad({&logits})) {
     SavedTensor sx(x), sl(lab), sm(row_max), ss(row_logsum);
     const bool sparse = o.sparse;
     const double factor = reduction_factor(o.reduction, n);
@@ -143,7 +143,7 @@ Tensor nll_loss(const Tensor& log_probs0, const Tensor& labels, Reduction reduct
   const Tensor per = Tensor::empty({n}, {.dtype = cd, .device = lp.device()});
   dispatch(OpId::nll_loss, "forward", NllFwdProblem{lp, lab, per});
   Tensor out = reduce_loss(per, reduction);
-  if (graph::needs_grad({&log_probs})) {
+  if (autograd::needs_grad({&log_probs})) {
     SavedTensor sl(lab);
     const double factor = reduction_factor(reduction, n);
     const DType dt = log_probs.dtype();
@@ -175,7 +175,7 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0, Reduction redu
   const Tensor per = Tensor::empty(pred.shape(), {.dtype = cd, .device = pc.device()});
   dispatch(OpId::mse_loss, "forward", MseFwdProblem{pc, tc, per});
   Tensor out = reduce_loss(per, reduction);
-  if (graph::needs_grad({&pred, &target})) {
+  if (autograd::needs_grad({&pred, &target})) {
     SavedTensor sp(pc), st(tc);
     const double factor = reduction_factor(reduction, pred.numel());
     const DType dp = pred.dtype(), dtt = target.dtype();

@@ -149,7 +149,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   const Tensor av = amp_cast(a.detach(), dt).reshape(pl.a_full);
   const Tensor bv = amp_cast(b.detach(), dt).reshape(pl.b_full);
   Tensor out = mm(OpId::matmul, "forward", av, bv, dt).reshape(pl.out_shape);
-  if (graph::needs_grad({&a, &b})) {
+  if (autograd::needs_grad({&a, &b})) {
     const bool ga = a.requires_grad(), gb = b.requires_grad();
     SavedTensor sa(av), sb(bv);
     const Shape ash = a.shape(), bsh = b.shape();
@@ -218,7 +218,7 @@ Tensor linear(const Tensor& x0, const Tensor& w0, const Tensor& bias0, Activatio
   const Tensor bd = bias.defined() ? amp_cast(bias.detach(), dt) : Tensor();
   const Tensor y2 = run_matmul(OpId::linear, "forward", x2, wd.transpose(0, 1), bd, relu, dt);
   Tensor y = y2.view(y_shape);
-  if (graph::needs_grad({&x, &w, &bias})) {
+  if (autograd::needs_grad({&x, &w, &bias})) {
     const bool gx = x.requires_grad(), gw = w.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
     SavedTensor sx(x2), sw(wd), sy(relu ? y2 : Tensor());

@@ -157,7 +157,7 @@ Tensor batch_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, T
     if (running_var.defined()) update_running(running_var, f.var, o.momentum, unbias);
   }
   Tensor y = f.y;
-  if (graph::needs_grad({&x, &gamma, &beta})) {
+  if (autograd::needs_grad({&x, &gamma, &beta})) {
     const BatchNormSaved s{SavedTensor(x),
                            SavedTensor(f.gamma),
                            SavedTensor(f.mean),
@@ -199,7 +199,7 @@ Tensor layer_norm(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0,
       .eps = eps};
   dispatch(OpId::layer_norm, "forward", f);
   Tensor y = f.y.reshape(x.shape());
-  if (graph::needs_grad({&x, &gamma, &beta})) {
+  if (autograd::needs_grad({&x, &gamma, &beta})) {
     SavedTensor sx(f.x), sg(f.gamma), sm(f.mean), sv(f.var);
     const Shape x_shape = x.shape();
     record(OpId::layer_norm, {x, gamma, beta}, y, [=](const std::vector<Tensor>& g) {

@@ -90,7 +90,7 @@ std::shared_ptr<Node> make_node(OpId op, const std::vector<Tensor>& diff_inputs,
   node->name = op_name(op);
   node->op = static_cast<uint16_t>(op);
   node->next.reserve(diff_inputs.size());
-  for (const Tensor& t : diff_inputs) node->next.push_back(graph::edge_of(t));
+  for (const Tensor& t : diff_inputs) node->next.push_back(autograd::edge_of(t));
   node->backward = std::move(backward);
   node->cell_path = current_cell_path();
   return node;
@@ -101,13 +101,13 @@ void record(OpId op, const std::vector<Tensor>& diff_inputs, Tensor& out, Backwa
             bool accepts_any_grad_dtype) {
   auto node = make_node(op, diff_inputs, std::move(backward));
   node->accepts_any_grad_dtype = accepts_any_grad_dtype;
-  graph::set_history(out, node);
+  autograd::set_history(out, node);
 }
 
 void record(OpId op, const std::vector<Tensor>& diff_inputs, std::vector<Tensor>& outs,
             BackwardFn backward) {
   auto node = make_node(op, diff_inputs, std::move(backward));
-  graph::set_history(outs, node);
+  autograd::set_history(outs, node);
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/graph.h"
+#include "core/autograd_graph.h"
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/ops.h"
 #include "ops/dispatch.h"

@@ -93,7 +93,7 @@ Tensor pool_op(OpId id, const Tensor& x0,
   PoolGeometry g = geometry(x.shape());
   g.layout = layout_of(x);
   const DType dt = x.dtype();
-  const bool grad = graph::needs_grad({&x});
+  const bool grad = autograd::needs_grad({&x});
   Tensor workspace;
   PoolFwdProblem p{to_image(x, g.layout), empty_image(g.out_shape(), dt, g.layout, x.device()),
                    grad ? &workspace : nullptr, g};

@@ -93,7 +93,7 @@ Tensor sum(const Tensor& x0, std::vector<int64_t> axes, bool keepdims) {
   check_floating("sum", x, "input");
   const ReducePlan p = plan_reduce(x, axes, "sum");
   Tensor out = run_sum(OpId::sum, x, p, 1.0);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
     record(OpId::sum, {x}, out, [p, xs](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{expand_back(g[0], p, xs)};
@@ -110,7 +110,7 @@ Tensor mean(const Tensor& x0, std::vector<int64_t> axes, bool keepdims) {
   MIXPREC_CHECK(p.red_count > 0, "mean: cannot average over an empty set of elements");
   const double scale = 1.0 / static_cast<double>(p.red_count);
   Tensor out = run_sum(OpId::mean, x, p, scale);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
     record(OpId::mean, {x}, out, [p, xs, scale](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{expand_back(mul(g[0], scale), p, xs)};
@@ -128,7 +128,7 @@ Tensor max(const Tensor& x0, std::vector<int64_t> axes, bool keepdims) {
   const ReduceMaxProblem r = run_max(OpId::max, x, p, true);
   Tensor out = r.values;
   const Tensor index = r.index;
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     record(OpId::max, {x}, out, [p, xs, index, dt](const std::vector<Tensor>& g) {

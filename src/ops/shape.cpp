@@ -20,7 +20,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   std::optional<Tensor> v = mixprec::detail::raw_try_view(x, target);
   Tensor out = v ? *v : mixprec::detail::raw_view(mixprec::detail::raw_copy(x, x.dtype()), target);
   carry_explicit_dtype({&x}, out);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const Shape in_shape = x.shape();
     record(OpId::view, {x}, out, [in_shape](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{reshape(g[0], in_shape)};
@@ -68,7 +68,7 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   Tensor out = mixprec::detail::raw_permute(x, dims);
   carry_explicit_dtype({&x}, out);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     std::vector<int64_t> inverse(dims.size());
     for (size_t i = 0; i < dims.size(); ++i)
       inverse[static_cast<size_t>(wrap_dim(dims[i], x.dim()))] = static_cast<int64_t>(i);
@@ -99,7 +99,7 @@ static Tensor scatter_slice(const Tensor& g, const Shape& shape, int64_t dim, in
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   Tensor out = mixprec::detail::raw_slice(x, dim, start, end, step);
   carry_explicit_dtype({&x}, out);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const Shape in_shape = x.shape();
     record(OpId::slice, {x}, out, [=](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{scatter_slice(g[0], in_shape, dim, start, end, step)};
@@ -144,7 +144,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   uint64_t mark = 0;
   for (const Tensor& t : xs) mark = outer_explicit_dtype_mark(mark, explicit_dtype_mark(t));
   if (mark != 0) mark_explicit_dtype(out, mark);
-  if (graph::needs_grad(xs)) {
+  if (autograd::needs_grad(xs)) {
     std::vector<DType> dtypes;
     for (const Tensor& t : xs) dtypes.push_back(t.dtype());
     record(OpId::concat, xs, out, [sizes, dtypes, axis](const std::vector<Tensor>& g) {
@@ -175,7 +175,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   }
   Tensor out = Tensor::from_storage(x.storage(), shape, st, x.offset(), x.dtype());
   carry_explicit_dtype({&x}, out);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const Shape in_shape = x.shape();
     record(OpId::broadcast_to, {x}, out, [in_shape](const std::vector<Tensor>& g) {
       return std::vector<Tensor>{reduce_to_shape(g[0], in_shape)};
@@ -190,7 +190,7 @@ Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor out = mixprec::detail::raw_copy(x, x.dtype());
   carry_explicit_dtype({&x}, out);
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     record(OpId::contiguous, {x}, out,
            [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   }
@@ -226,7 +226,7 @@ Tensor convert(const Tensor& x, DType dtype) {
                                      dtype, summarize_finite(x).max_abs, f.nonfinite, f.has_nan});
     }
   }
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     const DType src = x.dtype();
     record(
         OpId::cast, {x}, out,
@@ -251,7 +251,7 @@ Tensor cast(const Tensor& x, DType dtype) {
   }
   if (has_explicit_dtype(x)) return x;
   Tensor out = Tensor::from_storage(x.storage(), x.shape(), x.strides(), x.offset(), x.dtype());
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     record(
         OpId::cast, {x}, out,
         [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; },
@@ -280,7 +280,7 @@ Tensor Tensor::contiguous() const { return ops::contiguous(*this); }
 Tensor Tensor::clone() const {
   Tensor out = detail::raw_copy(*this, dtype());
   ops::detail::carry_explicit_dtype({this}, out);
-  if (graph::needs_grad({this})) {
+  if (autograd::needs_grad({this})) {
     ops::detail::record(OpId::contiguous, {*this}, out,
                         [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   }

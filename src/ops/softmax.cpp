@@ -31,7 +31,7 @@ Tensor softmax_op(OpId id, const Tensor& x0, int64_t axis, bool log) {
   const Tensor x = contiguous(p.in[0]);
   Tensor y = Tensor::empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   dispatch(id, "forward", SoftmaxFwdProblem{.x = x, .y = y, .axis = ax, .log = log});
-  if (graph::needs_grad({&x})) {
+  if (autograd::needs_grad({&x})) {
     SavedTensor sy(y.detach());
     record(id, {x}, y, [sy, id, ax, log](const std::vector<Tensor>& g) {
       const Tensor ys = sy.unpack(op_name(id));

@@ -8,7 +8,7 @@
 #include "mixprec/amp/level.h"
 #include "mixprec/version.h"
 #include "op_test_util.h"
-#include "core/graph.h"
+#include "core/autograd_graph.h"
 #include "ops/dispatch.h"
 
 namespace mixprec {

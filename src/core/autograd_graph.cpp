@@ -1,6 +1,6 @@
 // Autograd graph structures: grad mode, saved-tensor version checks, history setting, and the
 // iterative Node destructor that keeps a 10^5-node chain from overflowing the stack.
-#include "core/graph.h"
+#include "core/autograd_graph.h"
 
 namespace mixprec {
 
@@ -47,7 +47,7 @@ Node::~Node() {
   }
 }
 
-namespace graph {
+namespace autograd {
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!grad_enabled()) return false;
@@ -90,7 +90,7 @@ void set_history(Tensor& output, const std::shared_ptr<Node>& node) {
   set_history(outs, node);
 }
 
-}  // namespace graph
+}  // namespace autograd
 }  // namespace mixprec
 
 // ------------------------------------------------------------------ Tensor's autograd accessors

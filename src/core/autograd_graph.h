@@ -74,7 +74,7 @@ struct Node {
 };
 
 // Helpers for ops that record nodes.
-namespace graph {
+namespace autograd {
 // True if grad mode is on and any of the tensors requires grad.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
@@ -83,6 +83,6 @@ Edge edge_of(const Tensor& t);
 // Makes `outputs` the outputs of `node` (sets grad_fn, output_nr, requires_grad).
 void set_history(std::vector<Tensor>& outputs, const std::shared_ptr<Node>& node);
 void set_history(Tensor& output, const std::shared_ptr<Node>& node);
-}  // namespace graph
+}  // namespace autograd
 
 }  // namespace mixprec
