@@ -367,7 +367,7 @@ std::unique_ptr<Session> build(const Setup& s) {
                 Hint{"use --accumulation-steps " + std::to_string(batches) + " or fewer, or more --epochs or "
                      "--train-samples"});
   run->optimizer = make_training_optimizer(a, run->net->trainable_params(), updates);
-  std::map<std::string, train::MetricRef> metrics{{"Loss", train::Loss()}};
+  std::map<std::string, train::MetricHandle> metrics{{"Loss", train::Loss()}};
   if (!nn::is_language_model(a.model)) metrics.emplace("Accuracy", train::Accuracy());
   // A custom list configures the network itself (MindSpore's custom_mixed_precision); the Model
   // then builds the train step at O0, which keeps the network's own AMP configuration.
@@ -389,13 +389,13 @@ std::unique_ptr<Session> build(const Setup& s) {
 // Progress, history (with the per-epoch evaluation), the overflow guard, the rank check, the
 // trace, periodic checkpoints and the stop-signal check. Every check has passed by now: only here
 // are missing output directories created.
-std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int64_t resumed_at,
+std::vector<train::CallbackHandle> make_callbacks(const Setup& s, Session& run, int64_t resumed_at,
                                                const std::string& trace_row) {
   const TrainArgs& a = s.a;
   run.history = std::make_shared<History>(a.no_eval || !a.eval_every_epoch ? nullptr : &run.data.test, s.par);
   run.guard = std::make_shared<train::OverflowGuard>(train::GuardOptions{
       .action = train::parse_on_overflow(a.on_overflow), .max_skip_rate = a.max_skip_rate, .print = s.par.rank == 0});
-  std::vector<train::CallbackRef> callbacks{train::ProgressBar(a.print_every), run.history, run.guard};
+  std::vector<train::CallbackHandle> callbacks{train::ProgressBar(a.print_every), run.history, run.guard};
   if (s.par.on && a.check_ranks > 0) callbacks.emplace_back(train::RankConsistencyCheck(a.check_ranks));
   if (s.par.rank == 0)
     for (const OutputPath& o : output_paths(a)) create_parent_dirs(o.path, o.flag);
@@ -407,7 +407,7 @@ std::vector<train::CallbackRef> make_callbacks(const Setup& s, Session& run, int
 }
 
 // Trains; what the run produced, for its end.
-RunResult train_session(const Setup& s, Session& run, const std::vector<train::CallbackRef>& callbacks,
+RunResult train_session(const Setup& s, Session& run, const std::vector<train::CallbackHandle>& callbacks,
                         const train::TrainOptions& topts, int64_t resumed_at) {
   const Device device = get_context().device;  // --device: on a GPU, its memory
   reset_peak_memory(device);
@@ -478,7 +478,7 @@ int run_train(const TrainArgs& args) {
   train::TrainOptions topts{.max_steps = s.a.max_steps};
   std::string trace_row;
   const int64_t resumed_at = s.a.resume.empty() ? -1 : resume(s.a, *run->model, topts, trace_row);
-  const std::vector<train::CallbackRef> callbacks = make_callbacks(s, *run, resumed_at, trace_row);
+  const std::vector<train::CallbackHandle> callbacks = make_callbacks(s, *run, resumed_at, trace_row);
   StopSignals signals;  // from here to the exit status: a first SIGINT/SIGTERM only stops training
   RunResult r = train_session(s, *run, callbacks, topts, resumed_at);
   return finish(s, *run, r, t0);

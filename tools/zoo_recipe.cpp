@@ -61,7 +61,7 @@ std::unique_ptr<optim::Optimizer> make_training_optimizer(const TrainArgs& a, st
   return make_optimizer(spec, std::move(params));
 }
 
-train::ModelOptions training_model_options(const TrainArgs& a, std::map<std::string, train::MetricRef> metrics) {
+train::ModelOptions training_model_options(const TrainArgs& a, std::map<std::string, train::MetricHandle> metrics) {
   std::optional<bool> keep_bn;
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
   train::ModelOptions mo{.metrics = std::move(metrics),

@@ -47,7 +47,7 @@ std::unique_ptr<optim::Optimizer> make_training_optimizer(const TrainArgs& a, st
 // The Model options train builds its step with: the AMP level (O0 under a custom list, which
 // configures the network itself), --dtype, --keep-batchnorm-fp32, --loss-scale, and the step's
 // clipping, accumulation, check_numerics and gradient statistics; with `metrics`.
-train::ModelOptions training_model_options(const TrainArgs& a, std::map<std::string, train::MetricRef> metrics = {});
+train::ModelOptions training_model_options(const TrainArgs& a, std::map<std::string, train::MetricHandle> metrics = {});
 
 // What the built step `step` is made of (its optimizer's and manager's own names, its options;
 // the settings that made them) and the batch it is fed (one sample's shape and dtype, and a

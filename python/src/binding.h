@@ -49,7 +49,7 @@ void use_python_keyword_errors(const Modules& m);
 extern uint64_t g_dataset_seed;
 
 // None for no loss scaling, Ellipsis (the argument left out) for the AMP level's default.
-std::optional<Ref<amp::LossScaleManager>> manager_arg(const py::object& v);
+std::optional<Handle<amp::LossScaleManager>> manager_arg(const py::object& v);
 
 // ---- argument adapters (adapters.cpp)
 std::array<int64_t, 2> pair_arg(py::handle v, const char* what);   // 3 or (3, 3)

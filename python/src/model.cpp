@@ -37,8 +37,8 @@ class PyCallback : public Callback {
   }
 };
 
-std::map<std::string, train::MetricRef> metrics_arg(const py::object& v) {
-  std::map<std::string, train::MetricRef> out;
+std::map<std::string, train::MetricHandle> metrics_arg(const py::object& v) {
+  std::map<std::string, train::MetricHandle> out;
   if (v.is_none()) return out;
   if (py::isinstance<py::dict>(v)) {
     for (auto [k, metric] : v.cast<py::dict>()) out[k.cast<std::string>()] = metric.cast<std::shared_ptr<train::Metric>>();
@@ -53,8 +53,8 @@ std::map<std::string, train::MetricRef> metrics_arg(const py::object& v) {
   return out;
 }
 
-std::vector<train::CallbackRef> callbacks_arg(const py::object& v) {
-  std::vector<train::CallbackRef> out;
+std::vector<train::CallbackHandle> callbacks_arg(const py::object& v) {
+  std::vector<train::CallbackHandle> out;
   if (v.is_none()) return out;
   if (py::isinstance<Callback>(v)) return {v.cast<std::shared_ptr<Callback>>()};
   for (py::handle c : v) out.emplace_back(c.cast<std::shared_ptr<Callback>>());
@@ -116,7 +116,7 @@ void bind_model(Modules& m) {
       .def("train", [](train::Model& model, int64_t epoch, const dataset::Dataset& train_dataset, py::object callbacks,
                        bool /*dataset_sink_mode: no sinking on the CPU*/, int64_t sink_size, int64_t initial_epoch) {
              if (sink_size != -1) throw py::value_error("Model.train: sink_size must be -1 (no dataset sinking)");
-             std::vector<train::CallbackRef> cbs = callbacks_arg(callbacks);
+             std::vector<train::CallbackHandle> cbs = callbacks_arg(callbacks);
              py::gil_scoped_release release;
              model.train(epoch, train_dataset, std::move(cbs), {.initial_epoch = initial_epoch});
            },

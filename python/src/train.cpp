@@ -88,10 +88,10 @@ void bind_metrics(Modules& m) {
 
 }  // namespace
 
-std::optional<Ref<amp::LossScaleManager>> manager_arg(const py::object& v) {
+std::optional<Handle<amp::LossScaleManager>> manager_arg(const py::object& v) {
   if (v.is(py::ellipsis())) return std::nullopt;
-  if (v.is_none()) return Ref<amp::LossScaleManager>(nullptr);
-  return Ref<amp::LossScaleManager>(v.cast<std::shared_ptr<amp::LossScaleManager>>());
+  if (v.is_none()) return Handle<amp::LossScaleManager>(nullptr);
+  return Handle<amp::LossScaleManager>(v.cast<std::shared_ptr<amp::LossScaleManager>>());
 }
 
 namespace {

@@ -68,7 +68,7 @@ void Model::set_position(int64_t epoch, int64_t batch, int64_t global_step) {
   global_step_ = global_step;
 }
 
-void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<CallbackRef> callbacks,
+void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<CallbackHandle> callbacks,
                   TrainOptions options) {
   MIXPREC_CHECK(epochs >= 1, "Model.train: epochs must be >= 1, got ", epochs);
   MIXPREC_CHECK(ds.num_batches() > 0, "Model.train: the dataset has no batches (",

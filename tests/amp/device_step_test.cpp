@@ -59,7 +59,7 @@ TEST(DeviceStep, TransformersEqualTheHostStepBitForBit) {
   // class token, LayerNorm in f32 at O2), on CPU tensors.
   expect_same_bits({.model = "vit-tiny", .level = "O0", .steps = 2, .batch = 4});
   expect_same_bits({.model = "gpt-tiny", .level = "O2", .low = DType::f16,
-                    .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(65536.0, 2.0, 2)); },
+                    .manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(65536.0, 2.0, 2)); },
                     .steps = 3, .batch = 2});
 }
 
@@ -67,7 +67,7 @@ TEST(DeviceStep, O2F16DynamicScalingSkipsTheSameOverflowsAsTheHostStep) {
   // 2^24 overflows f16 gradients: the first steps are skipped while the scale halves; a window of
   // 2 then grows it again.
   const StepsSpec s{.model = "simplenet", .level = "O2", .low = DType::f16,
-                    .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                    .manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
                     .steps = 14};
   const StepsRun host = run_steps(s, Device::cpu());
   int64_t skipped = 0, applied = 0;
@@ -85,7 +85,7 @@ TEST(DeviceStep, O2F16DynamicScalingSkipsTheSameOverflowsAsTheHostStep) {
 TEST(DeviceStep, StepsInFlightFollowTheScheduleThroughSkipsBitForBit) {
   for (const char* optimizer : {"momentum", "sgd"}) {
     const StepsSpec s{.model = "simplenet", .level = "O2", .low = DType::f16,
-                      .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                      .manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
                       .steps = 14, .batch = 8, .optimizer = optimizer,
                       .lr = [](double base) { return optim::LearningRate::cosine(base, 12, base / 10).with_warmup(3); },
                       .wait_each_step = false};
@@ -163,7 +163,7 @@ TEST(DeviceStep, StateSetWhileStepsAreInFlightStands) {
 
 TEST(DeviceStep, O2ConvnetBnWithFixedScaleAndSgdEqualsTheHostStep) {
   expect_same_bits({.model = "convnet-bn", .level = "O2", .low = DType::f16,
-                    .manager = [] { return Ref<amp::LossScaleManager>(amp::FixedLossScaleManager(1024.0)); },
+                    .manager = [] { return Handle<amp::LossScaleManager>(amp::FixedLossScaleManager(1024.0)); },
                     .steps = 3, .optimizer = "sgd"});
 }
 
@@ -174,7 +174,7 @@ TEST(DeviceStep, O2ConvnetBnWithFixedScaleAndSgdEqualsTheHostStep) {
 TEST(DeviceStep, AdamWEqualsTheHostStepBitForBit) {
   expect_same_bits({.model = "simplenet", .level = "O0", .steps = 1, .optimizer = "adamw"});
   const StepsSpec s{.model = "simplenet", .level = "O2", .low = DType::f16,
-                    .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                    .manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
                     .steps = 12, .batch = 8, .optimizer = "adamw"};
   const StepsRun host = run_steps(s, Device::cpu()), dev = device_step_on_cpu(s);
   ASSERT_GT(host.skipped, 0);
@@ -218,7 +218,7 @@ TrainRun train_with_model(int64_t lag, bool may_lag) {
   optim::Momentum opt(net->trainable_params(), optim::LearningRate::cosine(0.02, 8, 0.002).with_warmup(2), 0.9);
   train::Model model(*net, loss_fn, opt,
                      {.amp_level = "O2",
-                      .loss_scale_manager = Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)),
+                      .loss_scale_manager = Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)),
                       .dtype = DType::f16});
   const dataset::Dataset ds = dataset::SyntheticDataset({.num_samples = 40, .seed = 3})
                                   .map(dataset::transforms::rescale(1.0 / 255, 0))
@@ -286,7 +286,7 @@ TEST(DeviceStep, RefusesWhatItDoesNotSupportYet) {
 TEST(DeviceStep, ClippingEqualsTheHostStepBitForBit) {
   const StepsSpec gpt{.model = "gpt-tiny", .steps = 3, .batch = 2, .optimizer = "adamw", .max_grad_norm = 1.0};
   const StepsSpec f16{.model = "lenet", .level = "O2", .low = DType::f16,
-                      .manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                      .manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
                       .steps = 8, .max_grad_norm = 0.5};
   for (const StepsSpec& s : {gpt, f16}) {
     SCOPED_TRACE(s.model);
@@ -307,7 +307,7 @@ TEST(DeviceStep, ClippingEqualsTheHostStepBitForBit) {
 TEST(DeviceStep, GradientAccumulationEqualsTheHostStepBitForBit) {
   for (const char* level : {"O0", "O2"}) {
     SCOPED_TRACE(level);
-    const auto manager = [] { return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(1048576.0, 2.0, 2)); };
+    const auto manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(1048576.0, 2.0, 2)); };
     const StepsSpec s{.model = "lenet", .level = level, .manager = manager, .steps = 8, .accumulation = 2};
     const StepsRun host = run_steps(s, Device::cpu()), dev = device_step_on_cpu(s, 1);
     if (std::string(level) == "O2") ASSERT_GT(host.skipped, 0) << "the case must skip an update";

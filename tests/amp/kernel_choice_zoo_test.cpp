@@ -29,7 +29,7 @@ TEST_P(KernelChoiceZoo, MeasuredAndFirstAgreeWithinTheContractAtO2) {
   for (DType low : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(std::string(dtype_name(low)));
     testing::StepsSpec spec{.model = GetParam(), .level = "O2", .low = low, .steps = 3};
-    spec.manager = [] { return Ref<amp::LossScaleManager>(amp::FixedLossScaleManager(128.0)); };
+    spec.manager = [] { return Handle<amp::LossScaleManager>(amp::FixedLossScaleManager(128.0)); };
     testing::StepsRun first, measured;
     {
       KernelChoiceScope s(KernelChoice::first);

@@ -26,7 +26,7 @@ struct StepsSpec {
   std::string model = "simplenet";
   std::string level = "O0";
   DType low = DType::f16;
-  std::function<Ref<amp::LossScaleManager>()> manager = [] { return Ref<amp::LossScaleManager>(); };
+  std::function<Handle<amp::LossScaleManager>()> manager = [] { return Handle<amp::LossScaleManager>(); };
   int steps = 4;
   int64_t batch = 16;
   std::string optimizer = "momentum";  // or "sgd", "adamw"

@@ -38,8 +38,8 @@ void expect_gpu_steps_like_cpu(const StepsSpec& s, double rel) {
   expect_close(gpu.buffers, cpu.buffers, rel, "buffer");
 }
 
-Ref<amp::LossScaleManager> dynamic(double init, int64_t window) {
-  return Ref<amp::LossScaleManager>(amp::DynamicLossScaleManager(init, 2.0, window));
+Handle<amp::LossScaleManager> dynamic(double init, int64_t window) {
+  return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(init, 2.0, window));
 }
 
 TEST(CudaTrain, SimpleNetO0StepsMatchTheCpu) {

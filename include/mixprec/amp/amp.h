@@ -21,7 +21,7 @@
 #include "mixprec/ops/autocast.h"
 #include "mixprec/ops/numerics.h"
 #include "mixprec/optim/optimizer.h"
-#include "mixprec/ref.h"
+#include "mixprec/handle.h"
 
 namespace mixprec::amp {
 
@@ -133,7 +133,7 @@ class TrainOneStepCell : public nn::Cell {
  public:
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).
   TrainOneStepCell(nn::Cell& network_with_loss, optim::Optimizer& optimizer,
-                   Ref<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
+                   Handle<LossScaleManager> manager = nullptr, TrainStepOptions options = {});
   ~TrainOneStepCell() override;
   // Runs forward, backward, the finite check of the (still scaled) gradients and, unless the
   // step is skipped, the optimizer's update, which unscales them as it applies them. Returns the
@@ -196,7 +196,7 @@ struct BuildOptions {
   // Taken as train::ModelOptions takes it: a value (`FixedLossScaleManager(1024.0, {...})`, copied
   // in; read its state back with loss_scale_manager() on the returned cell), a shared_ptr
   // (shared with the caller), or nullptr for no loss scaling.
-  std::optional<Ref<LossScaleManager>> loss_scale_manager{};
+  std::optional<Handle<LossScaleManager>> loss_scale_manager{};
   TrainStepOptions step{};
 };
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "mixprec/amp/amp.h"
-#include "mixprec/ref.h"
+#include "mixprec/handle.h"
 #include "mixprec/tensor.h"
 
 namespace mixprec::train {
@@ -50,7 +50,7 @@ class Callback {
   virtual void on_epoch_end(RunContext&) {}
   virtual void on_train_end(RunContext&) {}
 };
-using CallbackRef = Ref<Callback>;
+using CallbackHandle = Handle<Callback>;
 
 // Prints "epoch: 1 step: 100, loss is 0.4321" every per_print_times steps (MindSpore's format),
 // with " (skipped: overflow, scale 65536)" on skipped steps.
@@ -148,7 +148,7 @@ class Metric {
   virtual std::vector<double> sums() const { return {}; }
   virtual void set_sums(const std::vector<double>&) {}
 };
-using MetricRef = Ref<Metric>;
+using MetricHandle = Handle<Metric>;
 
 class Accuracy : public Metric {
  public:

@@ -20,18 +20,18 @@
 #include "mixprec/data/dataset.h"
 #include "mixprec/nn/cell.h"
 #include "mixprec/optim/optimizer.h"
-#include "mixprec/ref.h"
+#include "mixprec/handle.h"
 #include "mixprec/train/callback.h"
 
 namespace mixprec::train {
 
 struct ModelOptions {
-  std::map<std::string, MetricRef> metrics{};
+  std::map<std::string, MetricHandle> metrics{};
   std::string amp_level = "O0";
   std::optional<bool> keep_batchnorm_fp32{};      // level default (true at O2)
   // Level default when unset (dynamic at O2); nullptr for none. A value is copied in (read its
   // state with train_network().loss_scale_manager()); a shared_ptr is shared with the caller.
-  std::optional<Ref<amp::LossScaleManager>> loss_scale_manager{};
+  std::optional<Handle<amp::LossScaleManager>> loss_scale_manager{};
   std::optional<DType> dtype{};                    // the low dtype (default bf16 on CPU)
   amp::TrainStepOptions step{};                    // clipping, gradient accumulation
 };
@@ -49,7 +49,7 @@ class Model {
   Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options = {});
 
   void train(int64_t epochs, const dataset::Dataset& train_dataset,
-             std::vector<CallbackRef> callbacks = {}, TrainOptions options = {});
+             std::vector<CallbackHandle> callbacks = {}, TrainOptions options = {});
   // Metric name -> value over the whole dataset (the network in eval mode, no gradients). Data
   // parallel: collective, the same values on every rank.
   std::map<std::string, double> eval(const dataset::Dataset& dataset);

@@ -35,7 +35,7 @@ class CastWithLossCell : public nn::Cell {
 }  // namespace
 
 TrainOneStepCell::TrainOneStepCell(nn::Cell& net, optim::Optimizer& opt,
-                                   Ref<LossScaleManager> manager, TrainStepOptions options)
+                                   Handle<LossScaleManager> manager, TrainStepOptions options)
     : core_(std::make_unique<detail::StepCore>(net, opt, std::move(manager), options)) {
   MIXPREC_CHECK(options.accumulation_steps >= 1,
                 "TrainOneStepCell: accumulation_steps must be >= 1, got ",
@@ -170,7 +170,7 @@ std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network,
   const bool keep_bn = options.keep_batchnorm_fp32.value_or(level == Level::O2);
   if (level != Level::O0) auto_mixed_precision(network, level, low, keep_bn);
 
-  Ref<LossScaleManager> manager;
+  Handle<LossScaleManager> manager;
   if (options.loss_scale_manager)
     manager = *options.loss_scale_manager;
   else if (level == Level::O2 && low != DType::f32)

@@ -61,13 +61,13 @@ struct StepRun {
 
 // The cell's state: the network and optimizer it steps, the manager, the options and counters.
 struct StepCore {
-  StepCore(nn::Cell& net, optim::Optimizer& opt, Ref<LossScaleManager> m, TrainStepOptions o)
+  StepCore(nn::Cell& net, optim::Optimizer& opt, Handle<LossScaleManager> m, TrainStepOptions o)
       : network(net), optimizer(opt), manager(std::move(m)), options(o) {}
   nn::Cell& network;
   nn::Cell* backbone = nullptr;
   std::vector<std::string> param_names;
   optim::Optimizer& optimizer;
-  Ref<LossScaleManager> manager;
+  Handle<LossScaleManager> manager;
   TrainStepOptions options;
   std::unique_ptr<nn::DistributedGradReducer> reducer;
   std::vector<Tensor> accumulated;

@@ -1,6 +1,7 @@
-// Ref<T>: a shared handle to a polymorphic object that can be built from a derived value, so
-// option structs and argument lists read like the seed: `{LossMonitor()}`,
-// `{{"Accuracy", Accuracy()}}`, `.loss_scale_manager = FixedLossScaleManager(1024.0)`.
+// Handle<T>: a shared handle to a polymorphic object, built from a derived value (copied in), a
+// shared_ptr (shared) or nullptr (none), so option structs and argument lists read like the seed:
+// `{LossMonitor()}`, `{{"Accuracy", Accuracy()}}`,
+// `.loss_scale_manager = FixedLossScaleManager(1024.0)`. (Not the reference backend, ops/ref/.)
 #pragma once
 
 #include <concepts>
@@ -10,17 +11,17 @@
 namespace mixprec {
 
 template <class T>
-class Ref {
+class Handle {
  public:
-  Ref() = default;
-  Ref(std::nullptr_t) {}  // NOLINT
+  Handle() = default;
+  Handle(std::nullptr_t) {}  // NOLINT
   template <class U>
     requires std::derived_from<std::remove_cvref_t<U>, T>
-  Ref(U&& value)  // NOLINT: implicit by design
+  Handle(U&& value)  // NOLINT: implicit by design
       : ptr_(std::make_shared<std::remove_cvref_t<U>>(std::forward<U>(value))) {}
   template <class U>
     requires std::derived_from<U, T>
-  Ref(std::shared_ptr<U> p) : ptr_(std::move(p)) {}  // NOLINT
+  Handle(std::shared_ptr<U> p) : ptr_(std::move(p)) {}  // NOLINT
 
   T* get() const { return ptr_.get(); }
   T* operator->() const { return ptr_.get(); }
