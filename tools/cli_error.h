@@ -18,8 +18,7 @@ class UsageError : public Error {
 
 // Runs `fn`; a mixprec::Error it throws is rethrown (as the same kind) with `prefix` in front of
 // its message, the hint kept.
-template <class F>
-decltype(auto) with_prefix(const std::string& prefix, F&& fn) {
+template <class F> decltype(auto) with_prefix(const std::string& prefix, F&& fn) {
   try {
     return std::forward<F>(fn)();
   } catch (const UsageError& e) {
@@ -31,8 +30,7 @@ decltype(auto) with_prefix(const std::string& prefix, F&& fn) {
 
 // Runs `check` (the validation of a command line); a mixprec::Error it throws becomes a
 // UsageError (exit status 2).
-template <class F>
-void as_usage_error(F&& check) {
+template <class F> void as_usage_error(F&& check) {
   try {
     std::forward<F>(check)();
   } catch (const UsageError&) {

@@ -102,7 +102,8 @@ double measure_bandwidth_gbs() {
     const auto t = clock_type::now();
 #pragma omp parallel
     {
-      const size_t k = static_cast<size_t>(omp_get_thread_num()), T = static_cast<size_t>(omp_get_num_threads());
+      const size_t k = static_cast<size_t>(omp_get_thread_num()),
+                   T = static_cast<size_t>(omp_get_num_threads());
       const size_t lo = n * k / T, hi = n * (k + 1) / T;
       std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
     }
@@ -119,7 +120,8 @@ std::pair<Tensor, Tensor> synthetic_batch(const std::string& model, int64_t batc
   Shape shape{batch};
   shape.insert(shape.end(), in.sample.begin(), in.sample.end());
   if (nn::zoo_model(model).language_model) {
-    MIXPREC_ASSERT(in.sample.size() == 1 && in.dtype == DType::u8 && in.classes <= 256, "byte tokens");
+    MIXPREC_ASSERT(in.sample.size() == 1 && in.dtype == DType::u8 && in.classes <= 256,
+                   "byte tokens");
     const size_t L = static_cast<size_t>(in.sample[0]);
     std::vector<uint8_t> tokens(static_cast<size_t>(batch) * L);
     std::vector<int32_t> next(tokens.size());
@@ -135,13 +137,15 @@ std::pair<Tensor, Tensor> synthetic_batch(const std::string& model, int64_t batc
   MIXPREC_ASSERT(in.dtype == DType::f32, "float images");
   Generator g(7);
   std::vector<int32_t> labels(static_cast<size_t>(batch));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % static_cast<size_t>(in.classes));
+  for (size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<int32_t>(i % static_cast<size_t>(in.classes));
   return {randn(shape, g), Tensor::from_vector(labels, {batch})};
 }
 
 struct BenchArgs {
   // amp_level "": the model's training level (its registry row).
-  std::string model = "mlp", amp_level, dtype = "bf16", loss_scale = "default", mode = "pynative", report;
+  std::string model = "mlp", amp_level, dtype = "bf16", loss_scale = "default", mode = "pynative",
+              report;
   std::string configs;  // LEVEL:DTYPE,... (empty: --amp-level and --dtype)
   int64_t batch_size = 0, steps = 20, warmup = 5;
   int threads = 0;
@@ -160,7 +164,7 @@ struct Runner {
   std::unique_ptr<train::Model> model;
   amp::TrainOneStepCell* step = nullptr;  // model's
   std::vector<double> ms;
-  int64_t transient = 0;  // the most live bytes one timed step added
+  int64_t transient = 0;    // the most live bytes one timed step added
   double pipelined_ms = 0;  // device steps: the mean of steps queued back to back (0: not measured)
 
   double median() const {
@@ -210,7 +214,8 @@ Runner make_runner(const BenchArgs& a, Mode mode) {
   r.loss_fn = std::make_unique<nn::SoftmaxCrossEntropyWithLogits>(kTrainingLoss);
   const int64_t updates = std::max<int64_t>(a.warmup, 2) + 2 * a.steps;
   r.opt = make_training_optimizer(r.settings, r.net->trainable_params(), updates);
-  r.model = std::make_unique<train::Model>(*r.net, *r.loss_fn, *r.opt, training_model_options(r.settings));
+  r.model = std::make_unique<train::Model>(*r.net, *r.loss_fn, *r.opt,
+                                           training_model_options(r.settings));
   r.step = &r.model->train_network();
   r.step->to(get_context().device);  // --device
   return r;
@@ -231,17 +236,21 @@ std::string join_names(const std::vector<std::string>& names) {
 // --profile: each (op, phase, kernel) of the timed steps, its time a step and its share of the
 // kernels' time, the most first; the kernels' total against the step's median and floor. Every
 // dispatch is timed on its own, so on a GPU a kernel's time is its launch, not its run.
-void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, double median_ms, double floor_ms) {
+void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, double median_ms,
+                   double floor_ms) {
   double total = 0;
   for (const ops::ProfileRow& r : rows) total += r.seconds;
   const double per_step = 1e3 * total / static_cast<double>(steps);
-  std::printf("  kernels: %.2f ms a step of the %.2f ms median (the rest: work outside dispatched kernels: autograd, "
-              "allocation, the optimizer's and the unscale's host loops); the step's floor is %.2f ms\n",
-              per_step, median_ms, floor_ms);
+  std::printf(
+      "  kernels: %.2f ms a step of the %.2f ms median (the rest: work outside dispatched kernels: "
+      "autograd, "
+      "allocation, the optimizer's and the unscale's host loops); the step's floor is %.2f ms\n",
+      per_step, median_ms, floor_ms);
   std::printf("  %10s %6s %7s  %s\n", "ms/step", "share", "calls", "op phase [kernel]");
   for (const ops::ProfileRow& r : rows)
-    std::printf("  %10.3f %5.1f%% %7lld  %s %s [%s]\n", 1e3 * r.seconds / static_cast<double>(steps),
-                100 * r.seconds / total, static_cast<long long>(r.calls / steps), r.op.c_str(), r.phase.c_str(),
+    std::printf("  %10.3f %5.1f%% %7lld  %s %s [%s]\n",
+                1e3 * r.seconds / static_cast<double>(steps), 100 * r.seconds / total,
+                static_cast<long long>(r.calls / steps), r.op.c_str(), r.phase.c_str(),
                 r.impl.c_str());
 }
 
@@ -263,7 +272,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   amp::TrainOneStepCell* step = runners.front().step;
   const auto [x_host, y_host] = synthetic_batch(a.model, batch);
   const Tensor x = x_host.to(get_context().device), y = y_host.to(get_context().device);
-  const nlohmann::json recipe = recipe_json(runners.front().settings, *step, x, y);  // before any step
+  const nlohmann::json recipe =
+      recipe_json(runners.front().settings, *step, x, y);  // before any step
 
   // FLOPs of one step from the op trace of a forward pass: each GEMM-like op runs forward,
   // backward-weights and (unless its input needs no gradient) backward-data.
@@ -280,7 +290,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
 
   const Device device = get_context().device;
   // On the CPU f16 is emulated (its GEMMs run in f32); a GPU has f16 tensor cores.
-  const DType gemm_dtype = level == AmpLevel::O0 || (low == DType::f16 && device.is_cpu()) ? DType::f32 : low;
+  const DType gemm_dtype =
+      level == AmpLevel::O0 || (low == DType::f16 && device.is_cpu()) ? DType::f32 : low;
   // The CPU's GEMM rate swings with the machine's state (bf16 between ~650 and ~1750 GFLOP/s
   // here), so it is measured before and after the timed steps and the better figure is the
   // floor's. A GPU's rates are measured once per process (DeviceRates), before any timing.
@@ -288,7 +299,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   if (device.is_cpu()) {
     gflops_before = measure_gemm_gflops(gemm_dtype);
   } else {
-    if (!rates.gflops.contains(gemm_dtype)) rates.gflops[gemm_dtype] = measure_gemm_gflops(gemm_dtype, device);
+    if (!rates.gflops.contains(gemm_dtype))
+      rates.gflops[gemm_dtype] = measure_gemm_gflops(gemm_dtype, device);
     if (rates.bandwidth_gbs == 0) rates.bandwidth_gbs = measure_device_bandwidth_gbs(device);
   }
 
@@ -318,7 +330,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   }
   for (int64_t i = 0; i < a.steps; ++i)
     for (Runner& r : runners) r.run(x, y, true);
-  const std::vector<ops::ProfileRow> profile = a.profile ? ops::profile_rows() : std::vector<ops::ProfileRow>{};
+  const std::vector<ops::ProfileRow> profile =
+      a.profile ? ops::profile_rows() : std::vector<ops::ProfileRow>{};
   if (a.profile) {
     ops::set_profiling(profiled_before);
     ops::profile_reset();
@@ -339,8 +352,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
       r.pipelined_ms = 1e3 * seconds_since(t) / static_cast<double>(a.steps);
     }
 
-  const double gflops =
-      device.is_cpu() ? std::max(gflops_before, measure_gemm_gflops(gemm_dtype)) : rates.gflops.at(gemm_dtype);
+  const double gflops = device.is_cpu() ? std::max(gflops_before, measure_gemm_gflops(gemm_dtype))
+                                        : rates.gflops.at(gemm_dtype);
   const double bw = device.is_cpu() ? measure_bandwidth_gbs() : rates.bandwidth_gbs;
   // Bytes a step must move: weights read in forward and backward (low copies at O2/O3), the
   // gradient written and read, the optimizer's fp32 state read and written (Momentum one slot,
@@ -349,44 +362,57 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   const bool low_weights = level == AmpLevel::O2 || level == AmpLevel::O3;
   const double state = 8.0 * static_cast<double>(step->optimizer().state().size()) /
                        static_cast<double>(std::max<size_t>(1, net->trainable_params().size()));
-  const double wbytes =
-      static_cast<double>(param_count) * (low_weights ? 2 * 2 + 4 * 2 + state + 8 + 2 : 4 * 2 + 4 * 2 + state + 8);
+  const double wbytes = static_cast<double>(param_count) *
+                        (low_weights ? 2 * 2 + 4 * 2 + state + 8 + 2 : 4 * 2 + 4 * 2 + state + 8);
   const double bytes = wbytes + 4.0 * static_cast<double>(std::max<int64_t>(activation, 0));
   const double floor_ms = 1e3 * (static_cast<double>(flops) / (gflops * 1e9) + bytes / (bw * 1e9));
   const char* dt = level == AmpLevel::O0 ? "f32" : a.dtype.c_str();
   for (const Runner& r : runners) {
     const double median = r.median();
-    std::printf("%s %s/%s batch %lld, %s mode: step median %.2f ms (min %.2f), %.0f samples/s; floor %.2f ms "
-                "(%.2f GFLOP at %.0f GFLOP/s + %.1f MB at %.1f GB/s), efficiency %.2f; peak %.1f MB, step adds %.1f MB, "
-                "activations %.1f MB; %d threads\n",
-                a.model.c_str(), std::string(amp_level_name(level)).c_str(), dt, static_cast<long long>(batch),
-                mode_name(r.mode), median, r.min(), 1e3 * static_cast<double>(batch) / median, floor_ms,
-                static_cast<double>(flops) / 1e9, gflops, bytes / 1e6, bw, floor_ms / median,
-                static_cast<double>(peak) / 1e6, static_cast<double>(r.transient) / 1e6,
-                static_cast<double>(activation) / 1e6, threads);
+    std::printf(
+        "%s %s/%s batch %lld, %s mode: step median %.2f ms (min %.2f), %.0f samples/s; floor %.2f "
+        "ms "
+        "(%.2f GFLOP at %.0f GFLOP/s + %.1f MB at %.1f GB/s), efficiency %.2f; peak %.1f MB, step "
+        "adds %.1f MB, "
+        "activations %.1f MB; %d threads\n",
+        a.model.c_str(), std::string(amp_level_name(level)).c_str(), dt,
+        static_cast<long long>(batch), mode_name(r.mode), median, r.min(),
+        1e3 * static_cast<double>(batch) / median, floor_ms, static_cast<double>(flops) / 1e9,
+        gflops, bytes / 1e6, bw, floor_ms / median, static_cast<double>(peak) / 1e6,
+        static_cast<double>(r.transient) / 1e6, static_cast<double>(activation) / 1e6, threads);
     if (r.pipelined_ms > 0)
-      std::printf("  steps in flight: %.2f ms a step, %.0f samples/s (%lld steps queued back to back, one wait at the end)\n",
-                  r.pipelined_ms, 1e3 * static_cast<double>(batch) / r.pipelined_ms, static_cast<long long>(a.steps));
+      std::printf(
+          "  steps in flight: %.2f ms a step, %.0f samples/s (%lld steps queued back to back, one "
+          "wait at the end)\n",
+          r.pipelined_ms, 1e3 * static_cast<double>(batch) / r.pipelined_ms,
+          static_cast<long long>(a.steps));
     if (r.mode == Mode::graph) {
       const amp::GraphModeInfo& g = r.step->graph_mode_info();
       if (g.replays > 0)
-        std::printf("  graph: %lld kernels replayed (%lld fused away, %lld casts back removed); arena %.1f MB for %lld intermediates (%.1f MB one buffer each), "
-                    "eager step peak %.1f MB\n",
-                    static_cast<long long>(g.plan.kernels), static_cast<long long>(g.plan.fused),
-                    static_cast<long long>(g.plan.casts_elided), static_cast<double>(g.plan.arena_bytes) / 1e6,
-                    static_cast<long long>(g.plan.planned_buffers), static_cast<double>(g.plan.unplanned_bytes) / 1e6,
-                    static_cast<double>(g.plan.eager_peak_bytes) / 1e6);
+        std::printf(
+            "  graph: %lld kernels replayed (%lld fused away, %lld casts back removed); arena %.1f "
+            "MB for %lld intermediates (%.1f MB one buffer each), "
+            "eager step peak %.1f MB\n",
+            static_cast<long long>(g.plan.kernels), static_cast<long long>(g.plan.fused),
+            static_cast<long long>(g.plan.casts_elided),
+            static_cast<double>(g.plan.arena_bytes) / 1e6,
+            static_cast<long long>(g.plan.planned_buffers),
+            static_cast<double>(g.plan.unplanned_bytes) / 1e6,
+            static_cast<double>(g.plan.eager_peak_bytes) / 1e6);
       else
         std::printf("  graph: not replayed (%s)\n", g.fallback.c_str());
     }
   }
   std::printf("  the step of `mixprec train --model %s`: %s\n", a.model.c_str(),
               describe_recipe(recipe).c_str());
-  if (!profile.empty()) print_profile(profile, a.steps * static_cast<int64_t>(runners.size()), runners.front().median(),
-                                      floor_ms);
+  if (!profile.empty())
+    print_profile(profile, a.steps * static_cast<int64_t>(runners.size()), runners.front().median(),
+                  floor_ms);
   if (runners.size() == 2)
-    std::printf("graph vs pynative: %.2fx the speed (median step %.2f vs %.2f ms, alternated in this run)\n",
-                runners[0].median() / runners[1].median(), runners[1].median(), runners[0].median());
+    std::printf(
+        "graph vs pynative: %.2fx the speed (median step %.2f vs %.2f ms, alternated in this "
+        "run)\n",
+        runners[0].median() / runners[1].median(), runners[1].median(), runners[0].median());
   nlohmann::json j;
   {
     auto timings = [&](const Runner& r, nlohmann::json& j) {
@@ -402,11 +428,18 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
       if (r.pipelined_ms > 0) j["step_ms_pipelined"] = r.pipelined_ms;  // device steps only
       if (r.mode == Mode::graph) {
         const amp::GraphModeInfo& g = r.step->graph_mode_info();
-        j["graph"] = {{"replays", g.replays}, {"captures", g.captures}, {"eager_steps", g.eager_steps},
-                      {"fallback", g.fallback}, {"kernels", g.plan.kernels}, {"fused", g.plan.fused},
-                      {"casts_elided", g.plan.casts_elided}, {"arena_bytes", g.plan.arena_bytes},
-                      {"planned_buffers", g.plan.planned_buffers}, {"unplanned_bytes", g.plan.unplanned_bytes},
-                      {"held_bytes", g.plan.held_bytes}, {"eager_peak_bytes", g.plan.eager_peak_bytes}};
+        j["graph"] = {{"replays", g.replays},
+                      {"captures", g.captures},
+                      {"eager_steps", g.eager_steps},
+                      {"fallback", g.fallback},
+                      {"kernels", g.plan.kernels},
+                      {"fused", g.plan.fused},
+                      {"casts_elided", g.plan.casts_elided},
+                      {"arena_bytes", g.plan.arena_bytes},
+                      {"planned_buffers", g.plan.planned_buffers},
+                      {"unplanned_bytes", g.plan.unplanned_bytes},
+                      {"held_bytes", g.plan.held_bytes},
+                      {"eager_peak_bytes", g.plan.eager_peak_bytes}};
       }
     };
     j["model"] = a.model;
@@ -415,7 +448,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
     j["dtype"] = dt;
     j["batch"] = batch;
     j["steps"] = a.steps;
-    timings(runners.front(), j);  // --mode both: the pynative run here, the graph run under "graph_run"
+    timings(runners.front(),
+            j);  // --mode both: the pynative run here, the graph run under "graph_run"
     j["peak_memory_bytes"] = peak;
     j["activation_memory_bytes"] = activation;
     j["flops_per_step"] = flops;
@@ -446,21 +480,25 @@ int run_bench(const BenchArgs& a) {
     models = a.model == "all" ? known : split_list(a.model);
     for (const std::string& m : models)
       MIXPREC_CHECK(std::find(known.begin(), known.end(), m) != known.end(), "--model: '", m,
-                    "' is not a zoo model (expected all, or a comma list of: ", join_names(known), ")");
+                    "' is not a zoo model (expected all, or a comma list of: ", join_names(known),
+                    ")");
     if (a.configs.empty()) {
       configs.emplace_back(a.amp_level, a.dtype);
     } else {
       for (const std::string& c : split_list(a.configs)) {
         const size_t colon = c.find(':');
-        configs.emplace_back(c.substr(0, colon), colon == std::string::npos ? a.dtype : c.substr(colon + 1));
+        configs.emplace_back(c.substr(0, colon),
+                             colon == std::string::npos ? a.dtype : c.substr(colon + 1));
       }
     }
     MIXPREC_CHECK(a.steps >= 1 && a.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
-    MIXPREC_CHECK(a.batch_size >= 0, "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
+    MIXPREC_CHECK(a.batch_size >= 0,
+                  "--batch-size: expected at least 0 (0: the model's default), got ", a.batch_size);
     MIXPREC_CHECK(a.threads >= 0, "--threads: expected at least 0, got ", a.threads);
     for (const auto& [level, dtype] : configs) {
       if (!level.empty())
-        with_prefix(a.configs.empty() ? "--amp-level: " : "--configs: ", [&] { (void)parse_amp_level(level); });
+        with_prefix(a.configs.empty() ? "--amp-level: " : "--configs: ",
+                    [&] { (void)parse_amp_level(level); });
       (void)parse_low_dtype(dtype);
     }
     (void)parse_loss_scale(a.loss_scale);
@@ -480,7 +518,8 @@ int run_bench(const BenchArgs& a) {
       std::fflush(stdout);
     }
   if (!a.report.empty())
-    write_file_replacing(a.report, (reports.size() == 1 ? reports[0] : reports).dump(2) + "\n", "--report");
+    write_file_replacing(a.report, (reports.size() == 1 ? reports[0] : reports).dump(2) + "\n",
+                         "--report");
   return 0;
 }
 
@@ -488,37 +527,50 @@ int run_bench(const BenchArgs& a) {
 
 Command register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* cmd = app.add_subcommand("bench", "Time one training step of a zoo model on synthetic data");
-  cmd->add_option("--model", a->model, "Network, a comma list of networks, or all (each timed in turn)")
+  CLI::App* cmd =
+      app.add_subcommand("bench", "Time one training step of a zoo model on synthetic data");
+  cmd->add_option("--model", a->model,
+                  "Network, a comma list of networks, or all (each timed in turn)")
       ->capture_default_str();
   cmd->add_option("--configs", a->configs,
-                  "LEVEL:DTYPE,... (e.g. O0,O2:f16,O2:bf16): each model in each, in turn (default: --amp-level, "
+                  "LEVEL:DTYPE,... (e.g. O0,O2:f16,O2:bf16): each model in each, in turn (default: "
+                  "--amp-level, "
                   "--dtype)");
   cmd->add_option("--amp-level", a->amp_level,
                   "O0|O1|O2|O3|auto (default: the level `mixprec train` uses for the model)");
-  cmd->add_option("--dtype", a->dtype,
-                  "bf16|f16 (`mixprec info` measures which is faster here; train's --dtype auto picks it)")
+  cmd->add_option(
+         "--dtype", a->dtype,
+         "bf16|f16 (`mixprec info` measures which is faster here; train's --dtype auto picks it)")
       ->capture_default_str();
-  cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")->capture_default_str();
+  cmd->add_option("--loss-scale", a->loss_scale, "As for train (default: the level's default)")
+      ->capture_default_str();
   std::string batches;
   for (const nn::ZooModel& m : nn::zoo())
-    batches += (batches.empty() ? "" : ", ") + std::string(m.name) + " " + std::to_string(m.bench_batch_size);
-  cmd->add_option("--batch-size", a->batch_size, "Batch size (0: the model's benchmark batch: " + batches + ")")
+    batches += (batches.empty() ? "" : ", ") + std::string(m.name) + " " +
+               std::to_string(m.bench_batch_size);
+  cmd->add_option("--batch-size", a->batch_size,
+                  "Batch size (0: the model's benchmark batch: " + batches + ")")
       ->capture_default_str()
       ->check(integer_range(0, kNoMax, std::nullopt, "0: the model's default"));
-  cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")->capture_default_str()
+  cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")
+      ->capture_default_str()
       ->check(integer_range(1, 1000000));
-  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str()->check(integer_range(0, 1000000));
-  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")->capture_default_str()
+  cmd->add_option("--warmup", a->warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(integer_range(0, 1000000));
+  cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")
+      ->capture_default_str()
       ->check(integer_range(0, kMaxThreads, std::nullopt, "0: default"));
   cmd->add_option("--device", a->device, kDeviceHelp)->capture_default_str();
   cmd->add_option("--mode", a->mode,
-                  "pynative (eager) | graph (captured step, replayed) | both (the two alternated step by step, "
+                  "pynative (eager) | graph (captured step, replayed) | both (the two alternated "
+                  "step by step, "
                   "with their ratio)")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write JSON here");
   cmd->add_flag("--profile", a->profile,
-                "Also time every kernel of the timed steps and print them: op, phase, kernel, ms a step, share "
+                "Also time every kernel of the timed steps and print them: op, phase, kernel, ms a "
+                "step, share "
                 "(MIXPREC_PROFILE=1 prints the same table for any command, at its exit)");
   return {cmd, [a] { return run_bench(*a); }};
 }

@@ -18,23 +18,25 @@
 namespace mixprec::cli {
 
 Command register_info(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("info", "Print the build configuration and the CPU features in use");
+  CLI::App* cmd =
+      app.add_subcommand("info", "Print the build configuration and the CPU features in use");
   return {cmd, [] {
-    std::printf("mixprec %s\n", MIXPREC_VERSION);
-    std::printf("cpu features (detected): %s\n", describe(detect_cpu_features()).c_str());
-    std::printf("cpu features (in use):   %s\n", describe(cpu_features()).c_str());
-    std::printf("f32<->f16/bf16 converters: %s\n", std::string(isa_name(active_convert_isa())).c_str());
+            std::printf("mixprec %s\n", MIXPREC_VERSION);
+            std::printf("cpu features (detected): %s\n", describe(detect_cpu_features()).c_str());
+            std::printf("cpu features (in use):   %s\n", describe(cpu_features()).c_str());
+            std::printf("f32<->f16/bf16 converters: %s\n",
+                        std::string(isa_name(active_convert_isa())).c_str());
 #if MIXPREC_WITH_ONEDNN
-    const dnnl_version_t* v = dnnl_version();
-    std::printf("oneDNN: %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
-                v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
+            const dnnl_version_t* v = dnnl_version();
+            std::printf("oneDNN: %d.%d.%d (cpu runtime %s)\n", v->major, v->minor, v->patch,
+                        v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other");
 #else
     std::printf("oneDNN: disabled at build time (reference kernels only)\n");
 #endif
-    std::printf("measured on this machine, %d threads (what O2 buys here):\n%s\n", omp_get_max_threads(),
-                amp::measure_precision_rates().describe().c_str());
-    return 0;
-  }};
+            std::printf("measured on this machine, %d threads (what O2 buys here):\n%s\n",
+                        omp_get_max_threads(), amp::measure_precision_rates().describe().c_str());
+            return 0;
+          }};
 }
 
 }  // namespace mixprec::cli

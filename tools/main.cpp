@@ -5,8 +5,9 @@
 // accepts an empty value: "" is an error, never "not given". Data parallel (under mpirun): an
 // error names its rank and ends the whole group (MPI_Abort), since the other ranks may be waiting
 // for this one in a collective; a rank-consistency mismatch, which every rank reaches, is printed
-// once by rank 0. Before a command runs, every MIXPREC_* switch is checked (env.h); after it, stdout
-// is flushed and checked, so output that never arrived (a full disk, /dev/full) is not exit 0.
+// once by rank 0. Before a command runs, every MIXPREC_* switch is checked (env.h); after it,
+// stdout is flushed and checked, so output that never arrived (a full disk, /dev/full) is not exit
+// 0.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -33,7 +34,9 @@ const std::vector<std::string>& command_line() { return g_command_line; }
 // Adds a check to every option of `cmd` that takes a value: the value must not be empty.
 static void refuse_empty_values(CLI::App* cmd) {
   const CLI::Validator non_empty(
-      [](std::string& v) { return v.empty() ? std::string("expected a value, got an empty string") : std::string(); },
+      [](std::string& v) {
+        return v.empty() ? std::string("expected a value, got an empty string") : std::string();
+      },
       "", "NonEmpty");
   for (CLI::Option* opt : cmd->get_options())
     if (opt->get_expected_min() > 0) opt->check(non_empty);
@@ -69,8 +72,10 @@ static size_t edit_distance(std::string_view a, std::string_view b) {
   for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      d[i][j] =
+          std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -85,19 +90,21 @@ static void check_command_name(int argc, char** argv, const std::vector<Command>
   if (first == "--help" || first == "-h" || first == "--version") return;
   as_usage_error([&] {  // CLI11 alone would say "A subcommand is required"
     MIXPREC_CHECK(argc >= 2, "expected a command (mixprec COMMAND [options])", commands_hint);
-    MIXPREC_CHECK(first[0] != '-', "unknown option '", first, "' before the command: options follow it ",
-                  "(mixprec COMMAND --option)", commands_hint);
+    MIXPREC_CHECK(first[0] != '-', "unknown option '", first,
+                  "' before the command: options follow it ", "(mixprec COMMAND --option)",
+                  commands_hint);
   });
   const std::string_view given(argv[1]);
   std::string closest;
   size_t best = 3;  // suggest only within two edits
   for (const Command& c : commands) {
     if (c.app->get_name() == given) return;
-    if (const size_t d = edit_distance(given, c.app->get_name()); d < best) best = d, closest = c.app->get_name();
+    if (const size_t d = edit_distance(given, c.app->get_name()); d < best)
+      best = d, closest = c.app->get_name();
   }
   as_usage_error([&] {
-    MIXPREC_CHECK(false, "unknown command '", given, "'", closest.empty() ? "" : "; did you mean " + closest + "?",
-                  commands_hint);
+    MIXPREC_CHECK(false, "unknown command '", given, "'",
+                  closest.empty() ? "" : "; did you mean " + closest + "?", commands_hint);
   });
 }
 
@@ -105,21 +112,19 @@ static void check_command_name(int argc, char** argv, const std::vector<Command>
 
 int main(int argc, char** argv) {
   mixprec::cli::g_command_line.assign(argv, argv + argc);
-  CLI::App app{"mixprec " MIXPREC_VERSION
-               ": automatic mixed-precision (AMP) training of neural networks in C++.\n"
-               "Which 16-bit type (bf16, f16) is faster on this machine, and by how much, is measured,\n"
-               "not assumed: `mixprec info` prints the rates; `mixprec train --dtype auto` (the default)\n"
-               "trains in the faster one.",
-               "mixprec"};
+  CLI::App app{
+      "mixprec " MIXPREC_VERSION
+      ": automatic mixed-precision (AMP) training of neural networks in C++.\n"
+      "Which 16-bit type (bf16, f16) is faster on this machine, and by how much, is measured,\n"
+      "not assumed: `mixprec info` prints the rates; `mixprec train --dtype auto` (the default)\n"
+      "trains in the faster one.",
+      "mixprec"};
   app.require_subcommand(1);
   app.set_version_flag("--version", MIXPREC_VERSION);
   const std::vector<mixprec::cli::Command> commands{
-      mixprec::cli::register_train(app),
-      mixprec::cli::register_eval(app),
-      mixprec::cli::register_inspect(app),
-      mixprec::cli::register_bench(app),
-      mixprec::cli::register_report(app),
-      mixprec::cli::register_generate(app),
+      mixprec::cli::register_train(app),   mixprec::cli::register_eval(app),
+      mixprec::cli::register_inspect(app), mixprec::cli::register_bench(app),
+      mixprec::cli::register_report(app),  mixprec::cli::register_generate(app),
       mixprec::cli::register_info(app),
   };
   for (const auto& c : commands) mixprec::cli::refuse_empty_values(c.app);
@@ -144,10 +149,13 @@ int main(int argc, char** argv) {
     for (const auto& c : commands)
       if (c.app->parsed()) {
         const int status = c.run();
-        if (status == 0) mixprec::cli::flush_stdout();
-        else if (std::fflush(stdout) != 0 || std::ferror(stdout))  // the failure's own status stands
+        if (status == 0)
+          mixprec::cli::flush_stdout();
+        else if (std::fflush(stdout) != 0 ||
+                 std::ferror(stdout))  // the failure's own status stands
           std::fprintf(stderr, "mixprec: error: stdout: write failed: %s\n", std::strerror(errno));
-        mixprec::communication::release();  // a data-parallel run leaves its group (all ranks get here)
+        mixprec::communication::release();  // a data-parallel run leaves its group (all ranks get
+                                            // here)
         return status;
       }
   } catch (const mixprec::cli::UsageError& e) {

@@ -51,17 +51,19 @@ void check_creatable(const std::string& path, const fs::path& dir, std::string_v
   while (!p.empty() && p != p.parent_path() && ::stat(p.c_str(), &st) != 0) p = p.parent_path();
   if (p.empty()) p = fs::path(".");
   if (::stat(p.c_str(), &st) != 0) return;  // vanished meanwhile: the write will say why
-  MIXPREC_CHECK(S_ISDIR(st.st_mode), flag, " ", path, ": cannot create the directory '", dir.string(), "': '",
-                p.string(), "' is not a directory");
-  MIXPREC_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, flag, " ", path, ": cannot create the directory '",
-                dir.string(), "' in '", p.string(), "': ", std::strerror(errno));
+  MIXPREC_CHECK(S_ISDIR(st.st_mode), flag, " ", path, ": cannot create the directory '",
+                dir.string(), "': '", p.string(), "' is not a directory");
+  MIXPREC_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, flag, " ", path,
+                ": cannot create the directory '", dir.string(), "' in '", p.string(),
+                "': ", std::strerror(errno));
 }
 
 }  // namespace
 
 void check_writable(const std::string& path, std::string_view flag, bool allow_stream) {
   if (path.empty()) return;
-  if (allow_stream && is_stream(path)) {  // it must open for writing (a FIFO without a reader: ENXIO)
+  if (allow_stream &&
+      is_stream(path)) {  // it must open for writing (a FIFO without a reader: ENXIO)
     const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     MIXPREC_CHECK(fd >= 0, flag, " ", path, ": cannot open for writing: ", std::strerror(errno));
     ::close(fd);
@@ -71,8 +73,10 @@ void check_writable(const std::string& path, std::string_view flag, bool allow_s
     const fs::path target = io::replace_target(path);  // refuses a directory, socket, block device
     const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
     std::error_code ec;
-    if (fs::is_directory(dir, ec)) io::check_replaceable(target);
-    else check_creatable(path, dir, flag);
+    if (fs::is_directory(dir, ec))
+      io::check_replaceable(target);
+    else
+      check_creatable(path, dir, flag);
   });
 }
 
@@ -81,7 +85,8 @@ void create_parent_dirs(const std::string& path, std::string_view flag) {
   std::error_code ec;
   if (path.empty() || parent.empty() || fs::is_directory(parent, ec)) return;
   fs::create_directories(parent, ec);
-  MIXPREC_CHECK(!ec, flag, " ", path, ": cannot create the directory '", parent.string(), "': ", ec.message());
+  MIXPREC_CHECK(!ec, flag, " ", path, ": cannot create the directory '", parent.string(),
+                "': ", ec.message());
 }
 
 void write_file_replacing(const std::string& path, std::string_view text, std::string_view flag) {
@@ -90,7 +95,8 @@ void write_file_replacing(const std::string& path, std::string_view text, std::s
     MIXPREC_CHECK(fd >= 0, flag, " ", path, ": cannot open for writing: ", std::strerror(errno));
     const int err = write_all(fd, text);
     const int close_err = ::close(fd) != 0 ? errno : 0;
-    MIXPREC_CHECK(err == 0 && close_err == 0, flag, " ", path, ": write failed: ", std::strerror(err ? err : close_err));
+    MIXPREC_CHECK(err == 0 && close_err == 0, flag, " ", path,
+                  ": write failed: ", std::strerror(err ? err : close_err));
     return;
   }
   create_parent_dirs(path, flag);
@@ -101,9 +107,10 @@ void flush_stdout() {
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;
   const int err = errno;
-  MIXPREC_CHECK(flushed && !std::ferror(stdout), "stdout: write failed: ",
-                err ? std::strerror(err) : "an earlier write was refused",
-                Hint{"the output is incomplete; free space where stdout goes, or redirect it elsewhere"});
+  MIXPREC_CHECK(
+      flushed && !std::ferror(stdout),
+      "stdout: write failed: ", err ? std::strerror(err) : "an earlier write was refused",
+      Hint{"the output is incomplete; free space where stdout goes, or redirect it elsewhere"});
 }
 
 LineFile::LineFile(std::string path, std::string flag, bool append, int64_t keep_bytes)

@@ -1,6 +1,6 @@
-// The CLI's output files (--report, --trace, --checkpoint, -o) and stdout. Checks before a run change
-// nothing on disk; missing parent directories are created only once every check of the run has
-// passed (create_parent_dirs), so a refused run leaves nothing behind. A regular file (or a
+// The CLI's output files (--report, --trace, --checkpoint, -o) and stdout. Checks before a run
+// change nothing on disk; missing parent directories are created only once every check of the run
+// has passed (create_parent_dirs), so a refused run leaves nothing behind. A regular file (or a
 // symbolic link to one, which stays a link) is replaced through io::write_file_atomic: a
 // temporary beside it, every write checked, a rename, the previous content kept on failure. A
 // character device or FIFO (/dev/stdout, a pipe) is written in place, as a stream; a directory,

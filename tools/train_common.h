@@ -23,15 +23,16 @@ DType parse_low_dtype(const std::string& s);  // f16 | bf16
 
 // Name and hyper-parameters: a zoo model's come from its registry row (zoo_recipe.h).
 struct OptimizerSpec {
-  std::string name;                   // momentum | sgd | adam | adamw
+  std::string name;  // momentum | sgd | adam | adamw
   double lr = 0.0;
   double momentum = 0.0;
   double weight_decay = 0.0;
-  std::string schedule;               // constant | cosine | step (cosine from lr to 0 over the run)
+  std::string schedule;  // constant | cosine | step (cosine from lr to 0 over the run)
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;            // for cosine
+  int64_t total_steps = 0;  // for cosine
 };
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Tensor> params);
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
+                                                 std::vector<Tensor> params);
 
 // Fashion-MNIST mean/std normalisation (0.2860, 0.3530) after rescaling to [0, 1].
 dataset::Dataset standard_pipeline(dataset::Dataset ds);
@@ -46,16 +47,20 @@ CLI::Validator seed_validator();
 // at least 1 (or -1: no limit), got 0" or "expected an integer from 1 to 1048576, got 1e3".
 inline constexpr int64_t kNoMax = INT64_MAX;
 inline constexpr int64_t kMaxThreads = 65536;  // --threads
-inline constexpr int64_t kMaxEpochs = 1000000;  // --epochs: epochs x batches stays far from overflow
-CLI::Validator integer_range(int64_t min, int64_t max = kNoMax, std::optional<int64_t> also = std::nullopt,
+inline constexpr int64_t kMaxEpochs =
+    1000000;  // --epochs: epochs x batches stays far from overflow
+CLI::Validator integer_range(int64_t min, int64_t max = kNoMax,
+                             std::optional<int64_t> also = std::nullopt,
                              const std::string& note = "");
 // The range check of integer_range for a value outside the command line (e.g. the WINDOW of
 // --loss-scale dynamic:INIT,FACTOR,WINDOW): the value, or an error naming `what` and the range.
-int64_t parse_integer_in(const std::string& text, const std::string& what, int64_t min, int64_t max);
+int64_t parse_integer_in(const std::string& text, const std::string& what, int64_t min,
+                         int64_t max);
 
 // Refuses a checkpoint that `mixprec train` saved for another model than `model` (its metadata
 // cli.model), naming both: a strict load would list the missing names instead.
-void check_checkpoint_model(const std::string& checkpoint, const std::string& model, const std::string& flag);
+void check_checkpoint_model(const std::string& checkpoint, const std::string& model,
+                            const std::string& flag);
 
 // --threads: sets OpenMP's thread count (0 keeps the default); returns the count in use.
 int set_threads(int threads);

@@ -1,10 +1,10 @@
 // Data parallel for `mixprec train` started by mpirun: joins the group, checks that every rank
-// runs the same job (job_settings: any difference stops every rank, naming it), sets the parallel context
-// (gradients averaged, in the --grad-allreduce-dtype), gives each rank its share of the cores
-// unless --threads or OMP_NUM_THREADS chose, and silences stdout on ranks other than 0 (progress,
-// summary and report come from rank 0 alone; errors still reach stderr from any rank). Decisions
-// a rank could take alone (was the run interrupted?) are agreed on with agreed(). On GPUs each
-// rank of a machine takes its own (NCCL needs one GPU per rank).
+// runs the same job (job_settings: any difference stops every rank, naming it), sets the parallel
+// context (gradients averaged, in the --grad-allreduce-dtype), gives each rank its share of the
+// cores unless --threads or OMP_NUM_THREADS chose, and silences stdout on ranks other than 0
+// (progress, summary and report come from rank 0 alone; errors still reach stderr from any rank).
+// Decisions a rank could take alone (was the run interrupted?) are agreed on with agreed(). On GPUs
+// each rank of a machine takes its own (NCCL needs one GPU per rank).
 #pragma once
 
 #include <string>

@@ -24,8 +24,9 @@ class History : public train::Callback {
   // `test`: evaluate on it after each epoch (null: never).
   History(const dataset::Dataset* test, const ParallelRun& par) : test_(test), par_(par) {}
   void on_step_end(train::RunContext& c) override;
-  void on_epoch_end(train::RunContext& c) override;  // Model::train has waited for every step by then
-  bool may_lag() const override { return true; }     // records the RunContext only
+  void on_epoch_end(
+      train::RunContext& c) override;             // Model::train has waited for every step by then
+  bool may_lag() const override { return true; }  // records the RunContext only
 
   std::vector<double> epoch_losses;
   nlohmann::json epoch_metrics = nlohmann::json::array();

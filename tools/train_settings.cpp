@@ -108,11 +108,13 @@ bool same(Kind kind, const std::string& a, const std::string& b, const std::stri
     case Kind::real: {
       char *ea = nullptr, *eb = nullptr;
       const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
-      return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
+      return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' &&
+             std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
     }
     case Kind::promote: return (a == "promote") == (b == "promote");
     case Kind::path: return normal_path(a) == normal_path(b);
-    case Kind::loss_scale: return a == b || loss_scale_identity(a, level) == loss_scale_identity(b, level);
+    case Kind::loss_scale:
+      return a == b || loss_scale_identity(a, level) == loss_scale_identity(b, level);
     case Kind::text:
     case Kind::note: return a == b;
   }
@@ -130,57 +132,74 @@ void validate(const TrainArgs& a) {
   check_range(a.max_steps == -1 || a.max_steps >= 1, "--max-steps", "at least 1 (or -1: no limit)",
               static_cast<double>(a.max_steps));
   check_range(a.batch_size >= 1, "--batch-size", "at least 1", static_cast<double>(a.batch_size));
-  check_range(a.train_samples == -1 || a.train_samples >= 1, "--train-samples", "at least 1 (or -1: all)",
-              static_cast<double>(a.train_samples));
+  check_range(a.train_samples == -1 || a.train_samples >= 1, "--train-samples",
+              "at least 1 (or -1: all)", static_cast<double>(a.train_samples));
   check_range(std::isfinite(a.opt.lr) && a.opt.lr > 0, "--lr", "a finite number > 0", a.opt.lr);
-  check_range(std::isfinite(a.opt.momentum) && a.opt.momentum >= 0 && a.opt.momentum < 1, "--momentum",
-              "a number in [0, 1)", a.opt.momentum);
-  check_range(std::isfinite(a.opt.weight_decay) && a.opt.weight_decay >= 0, "--weight-decay", "a finite number >= 0",
-              a.opt.weight_decay);
-  check_range(a.opt.warmup_steps >= 0, "--warmup-steps", "at least 0", static_cast<double>(a.opt.warmup_steps));
+  check_range(std::isfinite(a.opt.momentum) && a.opt.momentum >= 0 && a.opt.momentum < 1,
+              "--momentum", "a number in [0, 1)", a.opt.momentum);
+  check_range(std::isfinite(a.opt.weight_decay) && a.opt.weight_decay >= 0, "--weight-decay",
+              "a finite number >= 0", a.opt.weight_decay);
+  check_range(a.opt.warmup_steps >= 0, "--warmup-steps", "at least 0",
+              static_cast<double>(a.opt.warmup_steps));
   check_range(std::isfinite(a.max_grad_norm) && a.max_grad_norm >= 0, "--max-grad-norm",
               "a finite number >= 0 (0: no clipping)", a.max_grad_norm);
   check_range(a.accumulation_steps >= 1 && a.accumulation_steps <= 1 << 20, "--accumulation-steps",
               "an integer in [1, 2^20]", static_cast<double>(a.accumulation_steps));
-  check_range(a.threads >= 0, "--threads", "at least 0 (0: OMP_NUM_THREADS or all cores)", a.threads);
-  check_range(a.save_every >= 0, "--save-every", "at least 0 (0: only at the end)", static_cast<double>(a.save_every));
-  check_range(a.grad_stats_every >= 0, "--grad-stats", "at least 0 (0: off)", static_cast<double>(a.grad_stats_every));
-  check_range(a.max_skip_rate >= 0 && a.max_skip_rate <= 1, "--max-skip-rate", "a number in [0, 1]", a.max_skip_rate);
-  check_range(a.print_every >= 1, "--print-every", "at least 1", static_cast<double>(a.print_every));
-  check_range(a.check_ranks >= 0, "--check-ranks", "at least 0 (0: off)", static_cast<double>(a.check_ranks));
-  check_range(std::isfinite(a.grad_bucket_mb) && a.grad_bucket_mb > 0, "--grad-bucket-mb", "a finite number > 0",
-              a.grad_bucket_mb);
+  check_range(a.threads >= 0, "--threads", "at least 0 (0: OMP_NUM_THREADS or all cores)",
+              a.threads);
+  check_range(a.save_every >= 0, "--save-every", "at least 0 (0: only at the end)",
+              static_cast<double>(a.save_every));
+  check_range(a.grad_stats_every >= 0, "--grad-stats", "at least 0 (0: off)",
+              static_cast<double>(a.grad_stats_every));
+  check_range(a.max_skip_rate >= 0 && a.max_skip_rate <= 1, "--max-skip-rate", "a number in [0, 1]",
+              a.max_skip_rate);
+  check_range(a.print_every >= 1, "--print-every", "at least 1",
+              static_cast<double>(a.print_every));
+  check_range(a.check_ranks >= 0, "--check-ranks", "at least 0 (0: off)",
+              static_cast<double>(a.check_ranks));
+  check_range(std::isfinite(a.grad_bucket_mb) && a.grad_bucket_mb > 0, "--grad-bucket-mb",
+              "a finite number > 0", a.grad_bucket_mb);
   MIXPREC_CHECK(a.grad_allreduce_dtype == "f32" || a.grad_allreduce_dtype == "bf16",
                 "--grad-allreduce-dtype: expected f32 or bf16, got '", a.grad_allreduce_dtype, "'");
   MIXPREC_CHECK(a.keep_bn == "default" || a.keep_bn == "true" || a.keep_bn == "false",
                 "--keep-batchnorm-fp32: expected true or false, got '", a.keep_bn, "'");
   with_prefix("--amp-level: ", [&] { (void)parse_amp_level(a.amp_level); });
-  MIXPREC_CHECK(a.white_list.empty() || a.black_list.empty(), "--white-list and --black-list: pass one of them",
-                Hint{"a white list runs the listed ops in --dtype and the rest in fp32; a black list the reverse"});
+  MIXPREC_CHECK(a.white_list.empty() || a.black_list.empty(),
+                "--white-list and --black-list: pass one of them",
+                Hint{"a white list runs the listed ops in --dtype and the rest in fp32; a black "
+                     "list the reverse"});
   const char* list_flag = a.white_list.empty() ? "--black-list" : "--white-list";
   const std::string& list = a.white_list.empty() ? a.black_list : a.white_list;
-  MIXPREC_CHECK(!a.custom_lists() || !a.amp_level_given, list_flag, " replaces --amp-level: pass one of them");
+  MIXPREC_CHECK(!a.custom_lists() || !a.amp_level_given, list_flag,
+                " replaces --amp-level: pass one of them");
   for (const std::string& name : split_list(list))
-    MIXPREC_CHECK(!name.empty(), list_flag, ": expected comma-separated op or cell names, got an empty name in '",
-                  list, "'");
+    MIXPREC_CHECK(!name.empty(), list_flag,
+                  ": expected comma-separated op or cell names, got an empty name in '", list, "'");
   with_prefix("--mode: ", [&] { (void)parse_mode(a.mode); });
   if (a.dtype != "auto") (void)parse_low_dtype(a.dtype);
   (void)parse_loss_scale(a.loss_scale);
   MIXPREC_CHECK(a.save_every == 0 || !a.checkpoint.empty(), "--save-every ", a.save_every,
                 ": needs --checkpoint FILE (where to save)");
   std::error_code ec;
-  MIXPREC_CHECK(a.resume.empty() || std::filesystem::is_regular_file(a.resume, ec), "--resume ", a.resume, ": ",
-                std::filesystem::exists(a.resume, ec) ? "not a regular file (" + io::non_regular_kind(a.resume) + ")"
-                                                      : std::string("no such file"),
+  MIXPREC_CHECK(a.resume.empty() || std::filesystem::is_regular_file(a.resume, ec), "--resume ",
+                a.resume, ": ",
+                std::filesystem::exists(a.resume, ec)
+                    ? "not a regular file (" + io::non_regular_kind(a.resume) + ")"
+                    : std::string("no such file"),
                 Hint{"pass the --checkpoint file of the run to continue"});
-  MIXPREC_CHECK(!a.overwrite || !a.checkpoint.empty(), "--overwrite: needs --checkpoint FILE (the file it lets "
+  MIXPREC_CHECK(!a.overwrite || !a.checkpoint.empty(),
+                "--overwrite: needs --checkpoint FILE (the file it lets "
                 "this run replace)");
   if (a.checkpoint.empty() || a.overwrite || !std::filesystem::is_regular_file(a.checkpoint, ec))
-    return;  // missing: written at the end; a directory, a device or a FIFO: check_writable says what it is
-  const bool continues_it = !a.resume.empty() && std::filesystem::equivalent(a.checkpoint, a.resume, ec);
-  MIXPREC_CHECK(continues_it, "--checkpoint ", a.checkpoint, ": the file exists and this run would replace it",
-                Hint{a.resume.empty() ? "pass --resume " + a.checkpoint + " to continue that run, or --overwrite to "
-                                        "start a new run over it"
+    return;  // missing: written at the end; a directory, a device or a FIFO: check_writable says
+             // what it is
+  const bool continues_it =
+      !a.resume.empty() && std::filesystem::equivalent(a.checkpoint, a.resume, ec);
+  MIXPREC_CHECK(continues_it, "--checkpoint ", a.checkpoint,
+                ": the file exists and this run would replace it",
+                Hint{a.resume.empty() ? "pass --resume " + a.checkpoint +
+                                            " to continue that run, or --overwrite to "
+                                            "start a new run over it"
                                       : "pass --overwrite to replace it, or another --checkpoint"});
 }
 
@@ -190,7 +209,8 @@ std::vector<std::string> split_list(const std::string& list) {
   size_t start = 0;
   while (true) {
     const size_t comma = list.find(',', start);
-    names.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    names.push_back(
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) return names;
     start = comma + 1;
   }
@@ -208,7 +228,8 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
           {"cli.momentum", exact(a.opt.momentum)},
           {"cli.weight_decay", exact(a.opt.weight_decay)},
           {"cli.lr_schedule", a.opt.schedule},
-          {"cli.warmup_steps", a.warmup_fraction > 0 ? "auto:" + exact(a.warmup_fraction) : std::to_string(a.opt.warmup_steps)},
+          {"cli.warmup_steps", a.warmup_fraction > 0 ? "auto:" + exact(a.warmup_fraction)
+                                                     : std::to_string(a.opt.warmup_steps)},
           {"cli.max_grad_norm", exact(a.max_grad_norm)},
           {"cli.accumulation_steps", std::to_string(a.accumulation_steps)},
           {"cli.amp_level", a.amp_level},
@@ -222,7 +243,8 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads) {
           {"cli.threads", std::to_string(threads)}};
 }
 
-void check_same_settings(const io::Metadata& stored, const io::Metadata& now, const std::string& resume) {
+void check_same_settings(const io::Metadata& stored, const io::Metadata& now,
+                         const std::string& resume) {
   MIXPREC_CHECK(stored.contains("cli.model"), "--resume ", resume,
                 ": the checkpoint was not saved by `mixprec train` (no cli.model in its metadata)",
                 Hint{"resume only from a checkpoint that `mixprec train --checkpoint` wrote"});
@@ -233,21 +255,28 @@ void check_same_settings(const io::Metadata& stored, const io::Metadata& now, co
     const std::string& value = now.at(s.key);
     const auto it = stored.find(s.key);
     if (it == stored.end()) {  // saved by an older mixprec that did not record it
-      std::fprintf(stderr, "mixprec: warning: --resume %s: the checkpoint does not record %s; cannot check that "
-                   "this run's %s %s is the same\n", resume.c_str(), s.flag, s.flag, value.c_str());
+      std::fprintf(
+          stderr,
+          "mixprec: warning: --resume %s: the checkpoint does not record %s; cannot check that "
+          "this run's %s %s is the same\n",
+          resume.c_str(), s.flag, s.flag, value.c_str());
       continue;
     }
     if (same(s.kind, it->second, value, level)) continue;
     if (s.kind == Kind::note) {
-      std::printf("note: the run was saved with %s %s, this run has %s %s: reductions may round differently, so "
-                  "the continuation may differ in the last bits from a run that never stopped\n",
-                  s.flag, it->second.c_str(), s.flag, value.c_str());
+      std::printf(
+          "note: the run was saved with %s %s, this run has %s %s: reductions may round "
+          "differently, so "
+          "the continuation may differ in the last bits from a run that never stopped\n",
+          s.flag, it->second.c_str(), s.flag, value.c_str());
       continue;
     }
-    MIXPREC_CHECK(false, "--resume ", resume, ": the run was saved with ", s.flag, " ", it->second, ", this run has ",
-                  s.flag, " ", value, Hint{"resume with the same settings as the run that saved the checkpoint"});
+    MIXPREC_CHECK(false, "--resume ", resume, ": the run was saved with ", s.flag, " ", it->second,
+                  ", this run has ", s.flag, " ", value,
+                  Hint{"resume with the same settings as the run that saved the checkpoint"});
   }
-  MIXPREC_ASSERT(now.size() == std::size(kSettings), "every recorded setting has a comparison rule");
+  MIXPREC_ASSERT(now.size() == std::size(kSettings),
+                 "every recorded setting has a comparison rule");
 }
 
 namespace {

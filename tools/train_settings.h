@@ -27,15 +27,16 @@ struct TrainArgs {
   int64_t batch_size = 0;
   int64_t train_samples = -1;
   OptimizerSpec opt;
-  double warmup_fraction = 0.0;   // > 0: warm-up over this share of the planned updates (not a flag)
-  double max_grad_norm = 0.0;     // > 0: clip by global norm (TrainStepOptions::max_grad_norm)
-  int64_t accumulation_steps = 1; // micro-batches per update (TrainStepOptions::accumulation_steps)
+  double warmup_fraction = 0.0;  // > 0: warm-up over this share of the planned updates (not a flag)
+  double max_grad_norm = 0.0;    // > 0: clip by global norm (TrainStepOptions::max_grad_norm)
+  int64_t accumulation_steps =
+      1;  // micro-batches per update (TrainStepOptions::accumulation_steps)
   uint64_t seed = 1;
   int threads = 0;
-  std::string device = "cpu";  // --device (train_common.h, use_device)
+  std::string device = "cpu";     // --device (train_common.h, use_device)
   std::string mode = "pynative";  // execution mode: pynative (eager) | graph (set_context)
   std::string amp_level;
-  bool amp_level_given = false;   // --amp-level was on the command line (a custom list replaces it)
+  bool amp_level_given = false;  // --amp-level was on the command line (a custom list replaces it)
   // Custom mixed precision (amp::custom_mixed_precision), comma-separated names; at most one.
   std::string white_list, black_list;
   bool custom_lists() const { return !white_list.empty() || !black_list.empty(); }
@@ -55,10 +56,10 @@ struct TrainArgs {
   double max_skip_rate = 0.05;
   int64_t print_every = 100;
   // Data parallel (under mpirun).
-  int64_t check_ranks = 0;                 // compare the ranks' state every N steps (0: off)
+  int64_t check_ranks = 0;                   // compare the ranks' state every N steps (0: off)
   std::string grad_allreduce_dtype = "f32";  // f32 | bf16
-  bool grad_overlap = true;                // start all-reduces during backward
-  double grad_bucket_mb = 25.0;            // all-reduce bucket size
+  bool grad_overlap = true;                  // start all-reduces during backward
+  double grad_bucket_mb = 25.0;              // all-reduce bucket size
 };
 
 // Throws naming the option for a value out of its range, an unknown choice (--amp-level,
@@ -75,7 +76,8 @@ io::Metadata trajectory_settings(const TrainArgs& a, int threads);  // threads: 
 
 // Refuses a resume whose settings differ from the stored ones, naming the option and both values.
 // `threads` is informational: a different thread count only prints a note.
-void check_same_settings(const io::Metadata& stored, const io::Metadata& now, const std::string& resume);
+void check_same_settings(const io::Metadata& stored, const io::Metadata& now,
+                         const std::string& resume);
 
 // What every rank of a data-parallel run must share, each named by its flag: the settings a
 // --resume compares (without --threads), the run's length, the data-parallel options, the

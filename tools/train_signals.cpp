@@ -24,13 +24,17 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:=,+-@%") ==
-                        std::string::npos)
+  if (!s.empty() &&
+      s.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:=,+-@%") ==
+          std::string::npos)
     return s;
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out.append("'\\''");
-    else out.push_back(c);
+    if (c == '\'')
+      out.append("'\\''");
+    else
+      out.push_back(c);
   }
   out.push_back('\'');
   return out;
@@ -40,13 +44,14 @@ std::string shell_quote(const std::string& s) {
 
 StopSignals::StopSignals() {
   g_signal = 0;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   for (auto [sig, old] : {std::pair{SIGINT, &g_old_int}, std::pair{SIGTERM, &g_old_term}}) {
     sigaction(sig, nullptr, old);
-    if (old->sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);  // ignored at start (nohup, `cmd &`): stays so
+    if (old->sa_handler != SIG_IGN)
+      sigaction(sig, &sa, nullptr);  // ignored at start (nohup, `cmd &`): stays so
   }
 }
 

@@ -53,15 +53,18 @@ std::string language_models() {
   return out;
 }
 
-std::unique_ptr<optim::Optimizer> make_training_optimizer(const TrainArgs& a, std::vector<Tensor> params,
+std::unique_ptr<optim::Optimizer> make_training_optimizer(const TrainArgs& a,
+                                                          std::vector<Tensor> params,
                                                           int64_t updates) {
   OptimizerSpec spec = a.opt;
   spec.total_steps = updates;
-  if (a.warmup_fraction > 0) spec.warmup_steps = std::llround(a.warmup_fraction * static_cast<double>(updates));
+  if (a.warmup_fraction > 0)
+    spec.warmup_steps = std::llround(a.warmup_fraction * static_cast<double>(updates));
   return make_optimizer(spec, std::move(params));
 }
 
-train::ModelOptions training_model_options(const TrainArgs& a, std::map<std::string, train::MetricHandle> metrics) {
+train::ModelOptions training_model_options(const TrainArgs& a,
+                                           std::map<std::string, train::MetricHandle> metrics) {
   std::optional<bool> keep_bn;
   if (a.keep_bn != "default") keep_bn = a.keep_bn == "true";
   train::ModelOptions mo{.metrics = std::move(metrics),
@@ -83,13 +86,15 @@ nlohmann::json sample_json(const Tensor& t) {
 }
 }  // namespace
 
-nlohmann::json recipe_json(const TrainArgs& a, amp::TrainOneStepCell& step, const Tensor& x, const Tensor& y) {
+nlohmann::json recipe_json(const TrainArgs& a, amp::TrainOneStepCell& step, const Tensor& x,
+                           const Tensor& y) {
   const amp::TrainStepOptions& o = step.options();
   const bool fp32 = !a.custom_lists() && parse_amp_level(a.amp_level) == AmpLevel::O0;
   nlohmann::json j;
   j["optimizer"] = step.optimizer().name();
   j["lr"] = a.opt.lr;
-  j["momentum"] = a.opt.name == "momentum" ? nlohmann::json(a.opt.momentum) : nlohmann::json(nullptr);
+  j["momentum"] =
+      a.opt.name == "momentum" ? nlohmann::json(a.opt.momentum) : nlohmann::json(nullptr);
   j["weight_decay"] = a.opt.weight_decay;
   j["lr_schedule"] = a.opt.schedule;
   // A warm-up is a share of the updates (a model's default) or a number of them (--warmup-steps).
@@ -99,7 +104,8 @@ nlohmann::json recipe_json(const TrainArgs& a, amp::TrainOneStepCell& step, cons
   j["max_grad_norm"] = o.max_grad_norm;
   j["accumulation_steps"] = o.accumulation_steps;
   j["check_numerics"] = o.check_numerics;
-  j["amp_level"] = a.custom_lists() ? "custom" : std::string(amp_level_name(parse_amp_level(a.amp_level)));
+  j["amp_level"] =
+      a.custom_lists() ? "custom" : std::string(amp_level_name(parse_amp_level(a.amp_level)));
   j["dtype"] = fp32 ? "f32" : a.dtype;
   j["keep_batchnorm_fp32"] = a.keep_bn;
   j["loss_scale"] = step.loss_scale_manager() ? step.loss_scale_manager()->description() : "none";
@@ -114,11 +120,12 @@ std::string describe_recipe(const nlohmann::json& r) {
     std::snprintf(buf, sizeof buf, "%g", v);
     return std::string(buf);
   };
-  const std::string warmup = r["warmup_share"].is_null()
-                                 ? std::to_string(r["warmup_updates"].get<int64_t>()) + " updates"
-                                 : number(100 * r["warmup_share"].get<double>()) + "% of the updates";
-  std::string out = r["optimizer"].get<std::string>() + " lr " + number(r["lr"].get<double>()) + " (" +
-                    r["lr_schedule"].get<std::string>() + ", warm-up " + warmup + ")";
+  const std::string warmup =
+      r["warmup_share"].is_null()
+          ? std::to_string(r["warmup_updates"].get<int64_t>()) + " updates"
+          : number(100 * r["warmup_share"].get<double>()) + "% of the updates";
+  std::string out = r["optimizer"].get<std::string>() + " lr " + number(r["lr"].get<double>()) +
+                    " (" + r["lr_schedule"].get<std::string>() + ", warm-up " + warmup + ")";
   if (!r["momentum"].is_null()) out += ", momentum " + number(r["momentum"].get<double>());
   out += ", weight decay " + number(r["weight_decay"].get<double>());
   const double clip = r["max_grad_norm"].get<double>();

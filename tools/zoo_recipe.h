@@ -38,21 +38,25 @@ std::string language_models();
 
 // The loss every zoo model trains with: sparse softmax cross-entropy, mean over the batch (a
 // language model's over every position).
-inline constexpr nn::SoftmaxCrossEntropyOptions kTrainingLoss{.sparse = true, .reduction = nn::Reduction::mean};
+inline constexpr nn::SoftmaxCrossEntropyOptions kTrainingLoss{.sparse = true,
+                                                              .reduction = nn::Reduction::mean};
 
 // The optimizer train makes for `a` over `updates` optimizer updates: the schedule spans them and
 // a warm-up share (TrainArgs::warmup_fraction) becomes that share of them, rounded.
-std::unique_ptr<optim::Optimizer> make_training_optimizer(const TrainArgs& a, std::vector<Tensor> params,
+std::unique_ptr<optim::Optimizer> make_training_optimizer(const TrainArgs& a,
+                                                          std::vector<Tensor> params,
                                                           int64_t updates);
 // The Model options train builds its step with: the AMP level (O0 under a custom list, which
 // configures the network itself), --dtype, --keep-batchnorm-fp32, --loss-scale, and the step's
 // clipping, accumulation, check_numerics and gradient statistics; with `metrics`.
-train::ModelOptions training_model_options(const TrainArgs& a, std::map<std::string, train::MetricHandle> metrics = {});
+train::ModelOptions training_model_options(const TrainArgs& a,
+                                           std::map<std::string, train::MetricHandle> metrics = {});
 
 // What the built step `step` is made of (its optimizer's and manager's own names, its options;
 // the settings that made them) and the batch it is fed (one sample's shape and dtype, and a
 // label's): the "recipe" of train's and bench's reports.
-nlohmann::json recipe_json(const TrainArgs& a, amp::TrainOneStepCell& step, const Tensor& x, const Tensor& y);
+nlohmann::json recipe_json(const TrainArgs& a, amp::TrainOneStepCell& step, const Tensor& x,
+                           const Tensor& y);
 // One line of it: "AdamW lr 0.0003 (cosine, warm-up 5% of the updates), weight decay 0.1,
 // clipping at global norm 1, loss scale dynamic(...)".
 std::string describe_recipe(const nlohmann::json& recipe);

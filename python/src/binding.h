@@ -52,11 +52,11 @@ extern uint64_t g_dataset_seed;
 std::optional<Handle<amp::LossScaleManager>> manager_arg(const py::object& v);
 
 // ---- argument adapters (adapters.cpp)
-std::array<int64_t, 2> pair_arg(py::handle v, const char* what);   // 3 or (3, 3)
-std::array<int64_t, 4> padding_arg(py::handle v, const char* what);  // 1, (h, w) or (t, b, l, r)
-ops::PadMode pad_mode_arg(const std::string& s, const char* what);   // 'same' | 'valid' | 'pad'
+std::array<int64_t, 2> pair_arg(py::handle v, const char* what);       // 3 or (3, 3)
+std::array<int64_t, 4> padding_arg(py::handle v, const char* what);    // 1, (h, w) or (t, b, l, r)
+ops::PadMode pad_mode_arg(const std::string& s, const char* what);     // 'same' | 'valid' | 'pad'
 ops::Reduction reduction_arg(const std::string& s, const char* what);  // 'none' | 'mean' | 'sum'
-std::vector<int64_t> axes_arg(py::handle v);                        // None, 1 or (0, 1)
+std::vector<int64_t> axes_arg(py::handle v);                           // None, 1 or (0, 1)
 // None -> nullopt; an Initializer, a name ('normal', 'zeros', 'he_uniform', ...) or a number.
 std::optional<init::Initializer> init_arg(py::handle v, const char* what);
 // A Tensor, or a list / tuple of Tensors.

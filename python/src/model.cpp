@@ -41,14 +41,19 @@ std::map<std::string, train::MetricHandle> metrics_arg(const py::object& v) {
   std::map<std::string, train::MetricHandle> out;
   if (v.is_none()) return out;
   if (py::isinstance<py::dict>(v)) {
-    for (auto [k, metric] : v.cast<py::dict>()) out[k.cast<std::string>()] = metric.cast<std::shared_ptr<train::Metric>>();
+    for (auto [k, metric] : v.cast<py::dict>())
+      out[k.cast<std::string>()] = metric.cast<std::shared_ptr<train::Metric>>();
     return out;
   }
   for (py::handle name : v) {  // {"accuracy", "loss"}
     const std::string n = name.cast<std::string>();
-    if (n == "accuracy" || n == "acc") out[n] = std::make_shared<train::Accuracy>();
-    else if (n == "loss") out[n] = std::make_shared<train::Loss>();
-    else throw py::value_error("Model: unknown metric '" + n + "' (expected 'accuracy' or 'loss', or a dict of Metrics)");
+    if (n == "accuracy" || n == "acc")
+      out[n] = std::make_shared<train::Accuracy>();
+    else if (n == "loss")
+      out[n] = std::make_shared<train::Loss>();
+    else
+      throw py::value_error("Model: unknown metric '" + n +
+                            "' (expected 'accuracy' or 'loss', or a dict of Metrics)");
   }
   return out;
 }
@@ -70,8 +75,11 @@ void bind_callbacks(Modules& m) {
       .def_readonly("skipped", &amp::StepInfo::skipped)
       .def_readonly("loss_scale", &amp::StepInfo::loss_scale)
       .def_readonly("lr", &amp::StepInfo::lr);
-  py::class_<RunContext>(m.train, "RunContext", "What a callback sees; original_args() returns itself.")
-      .def("original_args", [](RunContext& c) -> RunContext& { return c; }, py::return_value_policy::reference)
+  py::class_<RunContext>(m.train, "RunContext",
+                         "What a callback sees; original_args() returns itself.")
+      .def(
+          "original_args", [](RunContext& c) -> RunContext& { return c; },
+          py::return_value_policy::reference)
       .def("request_stop", [](RunContext& c) { c.stop_requested = true; })
       .def_property_readonly("cur_epoch_num", [](const RunContext& c) { return c.epoch + 1; })
       .def_property_readonly("epoch_num", [](const RunContext& c) { return c.epochs; })
@@ -87,46 +95,67 @@ void bind_callbacks(Modules& m) {
            "True when on_train_step_end may come after later steps were queued (on a GPU a step's "
            "outcome comes back asynchronously): the callback reads only its RunContext. False by "
            "default; override it in a subclass to return True.");
-  py::class_<train::LossMonitor, Callback, std::shared_ptr<train::LossMonitor>>(m.train, "LossMonitor")
+  py::class_<train::LossMonitor, Callback, std::shared_ptr<train::LossMonitor>>(m.train,
+                                                                                "LossMonitor")
       .def(py::init<int64_t>(), "per_print_times"_a = 1);
-  py::class_<train::TimeMonitor, Callback, std::shared_ptr<train::TimeMonitor>>(m.train, "TimeMonitor")
-      .def(py::init([](py::object /*data_size: MindSpore's; epoch and step times print regardless*/) {
-             return std::make_shared<train::TimeMonitor>();
-           }), "data_size"_a = py::none());
-  py::class_<train::LossScaleMonitor, Callback, std::shared_ptr<train::LossScaleMonitor>>(m.train, "LossScaleMonitor")
+  py::class_<train::TimeMonitor, Callback, std::shared_ptr<train::TimeMonitor>>(m.train,
+                                                                                "TimeMonitor")
+      .def(py::init(
+               [](py::object /*data_size: MindSpore's; epoch and step times print regardless*/) {
+                 return std::make_shared<train::TimeMonitor>();
+               }),
+           "data_size"_a = py::none());
+  py::class_<train::LossScaleMonitor, Callback, std::shared_ptr<train::LossScaleMonitor>>(
+      m.train, "LossScaleMonitor")
       .def(py::init<int64_t>(), "every"_a = 100);
 }
 
 void bind_model(Modules& m) {
   py::class_<train::Model, std::shared_ptr<train::Model>>(m.train, "Model")
-      .def(py::init([](Cell& network, Cell& loss_fn, optim::Optimizer& optimizer, py::object metrics,
-                       const std::string& amp_level, py::object manager, std::optional<bool> keep_bn_fp32,
-                       std::optional<DType> cast_model_type, py::object eval_network, const std::string& boost_level) {
-             if (!eval_network.is_none()) throw py::value_error("Model: eval_network is not supported; eval runs `network`");
-             if (boost_level != "O0") throw py::value_error("Model: boost_level must be 'O0' (mixprec has no boost)");
-             train::ModelOptions o{.metrics = metrics_arg(metrics), .amp_level = amp_level,
-                                   .keep_batchnorm_fp32 = keep_bn_fp32, .loss_scale_manager = manager_arg(manager),
+      .def(py::init([](Cell& network, Cell& loss_fn, optim::Optimizer& optimizer,
+                       py::object metrics, const std::string& amp_level, py::object manager,
+                       std::optional<bool> keep_bn_fp32, std::optional<DType> cast_model_type,
+                       py::object eval_network, const std::string& boost_level) {
+             if (!eval_network.is_none())
+               throw py::value_error("Model: eval_network is not supported; eval runs `network`");
+             if (boost_level != "O0")
+               throw py::value_error("Model: boost_level must be 'O0' (mixprec has no boost)");
+             train::ModelOptions o{.metrics = metrics_arg(metrics),
+                                   .amp_level = amp_level,
+                                   .keep_batchnorm_fp32 = keep_bn_fp32,
+                                   .loss_scale_manager = manager_arg(manager),
                                    .dtype = cast_model_type};
              return std::make_shared<train::Model>(network, loss_fn, optimizer, std::move(o));
            }),
            "network"_a, "loss_fn"_a, "optimizer"_a, "metrics"_a = py::none(), "amp_level"_a = "O0",
            "loss_scale_manager"_a = py::ellipsis(), "keep_batchnorm_fp32"_a = py::none(),
            "cast_model_type"_a = py::none(), "eval_network"_a = py::none(), "boost_level"_a = "O0",
-           py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
-      .def("train", [](train::Model& model, int64_t epoch, const dataset::Dataset& train_dataset, py::object callbacks,
-                       bool /*dataset_sink_mode: no sinking on the CPU*/, int64_t sink_size, int64_t initial_epoch) {
-             if (sink_size != -1) throw py::value_error("Model.train: sink_size must be -1 (no dataset sinking)");
-             std::vector<train::CallbackHandle> cbs = callbacks_arg(callbacks);
-             py::gil_scoped_release release;
-             model.train(epoch, train_dataset, std::move(cbs), {.initial_epoch = initial_epoch});
-           },
-           "epoch"_a, "train_dataset"_a, "callbacks"_a = py::none(), "dataset_sink_mode"_a = false, "sink_size"_a = -1,
-           "initial_epoch"_a = 0)
-      .def("eval", [](train::Model& model, const dataset::Dataset& valid_dataset, py::object /*callbacks*/,
-                      bool /*dataset_sink_mode*/) { py::gil_scoped_release release; return model.eval(valid_dataset); },
-           "valid_dataset"_a, "callbacks"_a = py::none(), "dataset_sink_mode"_a = false)
+           py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>(),
+           py::keep_alive<1, 5>())
+      .def(
+          "train",
+          [](train::Model& model, int64_t epoch, const dataset::Dataset& train_dataset,
+             py::object callbacks, bool /*dataset_sink_mode: no sinking on the CPU*/,
+             int64_t sink_size, int64_t initial_epoch) {
+            if (sink_size != -1)
+              throw py::value_error("Model.train: sink_size must be -1 (no dataset sinking)");
+            std::vector<train::CallbackHandle> cbs = callbacks_arg(callbacks);
+            py::gil_scoped_release release;
+            model.train(epoch, train_dataset, std::move(cbs), {.initial_epoch = initial_epoch});
+          },
+          "epoch"_a, "train_dataset"_a, "callbacks"_a = py::none(), "dataset_sink_mode"_a = false,
+          "sink_size"_a = -1, "initial_epoch"_a = 0)
+      .def(
+          "eval",
+          [](train::Model& model, const dataset::Dataset& valid_dataset, py::object /*callbacks*/,
+             bool /*dataset_sink_mode*/) {
+            py::gil_scoped_release release;
+            return model.eval(valid_dataset);
+          },
+          "valid_dataset"_a, "callbacks"_a = py::none(), "dataset_sink_mode"_a = false)
       .def("predict", &train::Model::predict, "predict_data"_a, ReleaseGil())
-      .def_property_readonly("train_network", &train::Model::train_network, py::return_value_policy::reference_internal);
+      .def_property_readonly("train_network", &train::Model::train_network,
+                             py::return_value_policy::reference_internal);
   for (const char* name : {"Model", "LossMonitor", "TimeMonitor", "Callback", "RunContext"})
     m.root.attr(name) = m.train.attr(name);
 }

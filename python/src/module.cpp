@@ -3,7 +3,8 @@
 // common.initializer, zoo) and registers them in sys.modules so that `from
 // mixprec.train.loss_scale_manager import FixedLossScaleManager` works; maps mixprec::Error to
 // mixprec.Error (message and hint kept); binds the dtypes, set_context / get_context and set_seed.
-// GRAPH_MODE sets the C++ context's Mode::graph (train steps captured and replayed; docs/python.md).
+// GRAPH_MODE sets the C++ context's Mode::graph (train steps captured and replayed;
+// docs/python.md).
 #include "binding.h"
 
 #include "mixprec/version.h"
@@ -20,10 +21,9 @@ py::module_ submodule(py::module_& parent, const char* name, const char* doc) {
 }
 
 void bind_error(py::module_& m) {
-  static py::handle error_type =
-      PyErr_NewExceptionWithDoc("mixprec.Error",
-                                "An error from mixprec; `message` and `hint` hold its two parts.",
-                                PyExc_RuntimeError, nullptr);
+  static py::handle error_type = PyErr_NewExceptionWithDoc(
+      "mixprec.Error", "An error from mixprec; `message` and `hint` hold its two parts.",
+      PyExc_RuntimeError, nullptr);
   m.attr("Error") = error_type;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -47,20 +47,22 @@ void bind_dtypes(py::module_& m) {
       .value("int64", DType::i64)
       .value("uint8", DType::u8)
       .value("bool_", DType::boolean);
-  for (const char* name : {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool_"})
+  for (const char* name :
+       {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool_"})
     m.attr(name) = m.attr("Type").attr(name);
   m.attr("float_") = m.attr("float32");
   m.attr("half") = m.attr("float16");
 }
 
 void py_set_context(std::optional<int> mode, std::optional<std::string> device_target,
-                 std::optional<int> device_id, std::optional<int> runtime_num_threads) {
+                    std::optional<int> device_id, std::optional<int> runtime_num_threads) {
   if (mode && *mode != kGraphMode && *mode != kPynativeMode)
     throw py::value_error("set_context: mode must be GRAPH_MODE (0) or PYNATIVE_MODE (1), got " +
                           std::to_string(*mode));
   ContextOptions options = mixprec::get_context();
   if (device_target) {
-    if (*device_target == "GPU") options.device = Device::cuda(device_id.value_or(0));
+    if (*device_target == "GPU")
+      options.device = Device::cuda(device_id.value_or(0));
     else
       MIXPREC_CHECK(*device_target == "CPU", "set_context: device_target \"", *device_target,
                     "\" is not available: this build of mixprec runs on CPU only",
@@ -111,15 +113,23 @@ PYBIND11_MODULE(mixprec, root) {
   bind_dtypes(root);
   root.attr("GRAPH_MODE") = kGraphMode;
   root.attr("PYNATIVE_MODE") = kPynativeMode;
-  root.def("set_context", &py_set_context, py::kw_only(), "mode"_a = py::none(), "device_target"_a = py::none(),
-           "device_id"_a = py::none(), "runtime_num_threads"_a = py::none(),
-           "MindSpore's set_context. GRAPH_MODE captures each train step once and replays it (bitwise equal to "
+  root.def("set_context", &py_set_context, py::kw_only(), "mode"_a = py::none(),
+           "device_target"_a = py::none(), "device_id"_a = py::none(),
+           "runtime_num_threads"_a = py::none(),
+           "MindSpore's set_context. GRAPH_MODE captures each train step once and replays it "
+           "(bitwise equal to "
            "PYNATIVE_MODE); device_target is \"CPU\".");
   root.def("get_context", &py_get_context, "attr_key"_a);
-  m.config.def("set_seed", [](uint64_t seed) { g_dataset_seed = seed; }, "seed"_a);
+  m.config.def(
+      "set_seed", [](uint64_t seed) { g_dataset_seed = seed; }, "seed"_a);
   m.config.def("get_seed", [] { return g_dataset_seed; });
-  root.def("set_seed", [](uint64_t seed) { manual_seed(seed); g_dataset_seed = seed; }, "seed"_a,
-           "Seeds the default generator (initializers, dropout) and the dataset shuffle.");
+  root.def(
+      "set_seed",
+      [](uint64_t seed) {
+        manual_seed(seed);
+        g_dataset_seed = seed;
+      },
+      "seed"_a, "Seeds the default generator (initializers, dropout) and the dataset shuffle.");
 
   bind_tensor(m);
   bind_ops(m);

@@ -35,11 +35,13 @@ DType dtype_of_numpy(const py::dtype& d, std::optional<DType> as) {
   if (kind == 'b') return DType::boolean;
   if (kind == 'u' && size == 2 && as && is_low_precision(*as)) return *as;
   if (kind == 'u' && size == 2)
-    throw py::type_error("Tensor: a numpy.uint16 array holds bf16 (or f16) bit patterns; say which with "
-                         "dtype=mixprec.bfloat16 or dtype=mixprec.float16");
-  throw py::type_error("Tensor: numpy dtype " + py::str(static_cast<const py::handle&>(d)).cast<std::string>() +
-                       " is not supported (float32, float64, float16, int32, int64, uint8, bool, or "
-                       "uint16 bit patterns with dtype=bfloat16)");
+    throw py::type_error(
+        "Tensor: a numpy.uint16 array holds bf16 (or f16) bit patterns; say which with "
+        "dtype=mixprec.bfloat16 or dtype=mixprec.float16");
+  throw py::type_error(
+      "Tensor: numpy dtype " + py::str(static_cast<const py::handle&>(d)).cast<std::string>() +
+      " is not supported (float32, float64, float16, int32, int64, uint8, bool, or "
+      "uint16 bit patterns with dtype=bfloat16)");
 }
 
 Tensor tensor_from_python(const py::object& data, std::optional<DType> dtype) {
@@ -49,7 +51,8 @@ Tensor tensor_from_python(const py::object& data, std::optional<DType> dtype) {
   }
   const bool from_numpy = py::isinstance<py::array>(data);
   const py::array a = py::array::ensure(data, py::array::c_style);
-  if (!a) throw py::type_error("Tensor: expected a numpy array, a Tensor, a number or a (nested) list");
+  if (!a)
+    throw py::type_error("Tensor: expected a numpy array, a Tensor, a number or a (nested) list");
   const DType src = dtype_of_numpy(a.dtype(), dtype);
   // Python numbers and lists follow MindSpore: float -> float32 (numpy would say float64).
   const DType dst = dtype.value_or(!from_numpy && src == DType::f64 ? DType::f32 : src);
@@ -59,7 +62,8 @@ Tensor tensor_from_python(const py::object& data, std::optional<DType> dtype) {
 
 py::array to_numpy(const Tensor& t) {
   MIXPREC_CHECK(t.defined(), "Tensor.asnumpy: the tensor is undefined");
-  MIXPREC_CHECK(t.device().is_cpu(), "Tensor.asnumpy: the tensor is on ", t.device().str(), "; expected cpu");
+  MIXPREC_CHECK(t.device().is_cpu(), "Tensor.asnumpy: the tensor is on ", t.device().str(),
+                "; expected cpu");
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
   for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s * t.itemsize()));
   // The array keeps the storage alive. Read-only: a write through numpy would bypass the storage
@@ -85,7 +89,8 @@ Shape shape_args(const py::args& args) {
 
 // t[i], t[a:b:s], t[i, a:b, ...]: ints select (and drop the dim), slices view. No fancy indexing.
 Tensor getitem(const Tensor& t, const py::object& key) {
-  const py::tuple keys = py::isinstance<py::tuple>(key) ? key.cast<py::tuple>() : py::make_tuple(key);
+  const py::tuple keys =
+      py::isinstance<py::tuple>(key) ? key.cast<py::tuple>() : py::make_tuple(key);
   if (static_cast<int64_t>(keys.size()) > t.dim())
     throw py::index_error("too many indices: " + std::to_string(keys.size()) + " for a tensor of " +
                           std::to_string(t.dim()) + " dims");
@@ -95,13 +100,17 @@ Tensor getitem(const Tensor& t, const py::object& key) {
     const int64_t n = out.size(dim);
     if (py::isinstance<py::slice>(k)) {
       py::ssize_t start, stop, step, len;
-      if (!k.cast<py::slice>().compute(n, &start, &stop, &step, &len)) throw py::error_already_set();
-      if (step <= 0) throw py::index_error("Tensor indexing: only positive slice steps are supported");
+      if (!k.cast<py::slice>().compute(n, &start, &stop, &step, &len))
+        throw py::error_already_set();
+      if (step <= 0)
+        throw py::index_error("Tensor indexing: only positive slice steps are supported");
       out = out.slice(dim, start, std::max<int64_t>(start, stop), step);
       ++dim;
     } else if (py::isinstance<py::int_>(k)) {
       int64_t i = k.cast<int64_t>();
-      if (i < -n || i >= n) throw py::index_error("index " + std::to_string(i) + " is out of range for size " + std::to_string(n));
+      if (i < -n || i >= n)
+        throw py::index_error("index " + std::to_string(i) + " is out of range for size " +
+                              std::to_string(n));
       if (i < 0) i += n;
       out = ops::squeeze(out.slice(dim, i, i + 1), dim);
     } else {
@@ -114,106 +123,193 @@ Tensor getitem(const Tensor& t, const py::object& key) {
 // Tensor (op) Tensor and Tensor (op) number, both through the ops library.
 template <class F, class G>
 void def_binary(py::class_<Tensor>& c, const char* name, F with_tensor, G with_number) {
-  c.def(name, [with_tensor](const Tensor& a, const Tensor& b) { return with_tensor(a, b); }, ReleaseGil());
-  c.def(name, [with_number](const Tensor& a, double b) { return with_number(a, b); }, ReleaseGil());
+  c.def(
+      name, [with_tensor](const Tensor& a, const Tensor& b) { return with_tensor(a, b); },
+      ReleaseGil());
+  c.def(
+      name, [with_number](const Tensor& a, double b) { return with_number(a, b); }, ReleaseGil());
 }
 
 Tensor scalar_like(double v, const Tensor& t) { return full({}, v, {.dtype = t.dtype()}); }
 
 void bind_tensor_math(py::class_<Tensor>& c) {
   using T = const Tensor&;
-  def_binary(c, "__add__", [](T a, T b) { return ops::add(a, b); }, [](T a, double b) { return ops::add(a, b); });
-  def_binary(c, "__radd__", [](T a, T b) { return ops::add(b, a); }, [](T a, double b) { return ops::add(a, b); });
-  def_binary(c, "__sub__", [](T a, T b) { return ops::sub(a, b); }, [](T a, double b) { return a - b; });
-  def_binary(c, "__rsub__", [](T a, T b) { return ops::sub(b, a); }, [](T a, double b) { return ops::add(ops::neg(a), b); });
-  def_binary(c, "__mul__", [](T a, T b) { return ops::mul(a, b); }, [](T a, double b) { return ops::mul(a, b); });
-  def_binary(c, "__rmul__", [](T a, T b) { return ops::mul(b, a); }, [](T a, double b) { return ops::mul(a, b); });
-  def_binary(c, "__truediv__", [](T a, T b) { return ops::div(a, b); }, [](T a, double b) { return a / b; });
-  def_binary(c, "__rtruediv__", [](T a, T b) { return ops::div(b, a); },
-             [](T a, double b) { return ops::div(scalar_like(b, a), a); });
-  def_binary(c, "__pow__", [](T a, T b) { return ops::pow(a, b); }, [](T a, double b) { return ops::pow(a, b); });
-  c.def("__matmul__", [](const Tensor& a, const Tensor& b) { return ops::matmul(a, b); }, ReleaseGil());
-  c.def("__neg__", [](const Tensor& a) { return ops::neg(a); }, ReleaseGil());
-  c.def("__abs__", [](const Tensor& a) { return ops::abs(a); }, ReleaseGil());
+  def_binary(
+      c, "__add__", [](T a, T b) { return ops::add(a, b); },
+      [](T a, double b) { return ops::add(a, b); });
+  def_binary(
+      c, "__radd__", [](T a, T b) { return ops::add(b, a); },
+      [](T a, double b) { return ops::add(a, b); });
+  def_binary(
+      c, "__sub__", [](T a, T b) { return ops::sub(a, b); }, [](T a, double b) { return a - b; });
+  def_binary(
+      c, "__rsub__", [](T a, T b) { return ops::sub(b, a); },
+      [](T a, double b) { return ops::add(ops::neg(a), b); });
+  def_binary(
+      c, "__mul__", [](T a, T b) { return ops::mul(a, b); },
+      [](T a, double b) { return ops::mul(a, b); });
+  def_binary(
+      c, "__rmul__", [](T a, T b) { return ops::mul(b, a); },
+      [](T a, double b) { return ops::mul(a, b); });
+  def_binary(
+      c, "__truediv__", [](T a, T b) { return ops::div(a, b); },
+      [](T a, double b) { return a / b; });
+  def_binary(
+      c, "__rtruediv__", [](T a, T b) { return ops::div(b, a); },
+      [](T a, double b) { return ops::div(scalar_like(b, a), a); });
+  def_binary(
+      c, "__pow__", [](T a, T b) { return ops::pow(a, b); },
+      [](T a, double b) { return ops::pow(a, b); });
+  c.def(
+      "__matmul__", [](const Tensor& a, const Tensor& b) { return ops::matmul(a, b); },
+      ReleaseGil());
+  c.def(
+      "__neg__", [](const Tensor& a) { return ops::neg(a); }, ReleaseGil());
+  c.def(
+      "__abs__", [](const Tensor& a) { return ops::abs(a); }, ReleaseGil());
   // MindSpore's spellings: sum and max take keepdims, mean takes keep_dims.
-  c.def("sum", [](const Tensor& x, py::object axis, bool keepdims) { return ops::sum(x, axes_arg(axis), keepdims); },
-        "axis"_a = py::none(), "keepdims"_a = false);
-  c.def("mean", [](const Tensor& x, py::object axis, bool keep_dims) { return ops::mean(x, axes_arg(axis), keep_dims); },
-        "axis"_a = py::none(), "keep_dims"_a = false);
-  c.def("max", [](const Tensor& x, py::object axis, bool keepdims) { return ops::max(x, axes_arg(axis), keepdims); },
-        "axis"_a = py::none(), "keepdims"_a = false);
-  c.def("argmax", [](const Tensor& x, std::optional<int64_t> axis, bool keepdims) {
-    return axis ? ops::argmax(x, *axis, keepdims) : ops::argmax(ops::reshape(x, {-1}), 0, false);  // None: flat index
-  }, "axis"_a = py::none(), "keepdims"_a = false);
+  c.def(
+      "sum",
+      [](const Tensor& x, py::object axis, bool keepdims) {
+        return ops::sum(x, axes_arg(axis), keepdims);
+      },
+      "axis"_a = py::none(), "keepdims"_a = false);
+  c.def(
+      "mean",
+      [](const Tensor& x, py::object axis, bool keep_dims) {
+        return ops::mean(x, axes_arg(axis), keep_dims);
+      },
+      "axis"_a = py::none(), "keep_dims"_a = false);
+  c.def(
+      "max",
+      [](const Tensor& x, py::object axis, bool keepdims) {
+        return ops::max(x, axes_arg(axis), keepdims);
+      },
+      "axis"_a = py::none(), "keepdims"_a = false);
+  c.def(
+      "argmax",
+      [](const Tensor& x, std::optional<int64_t> axis, bool keepdims) {
+        return axis ? ops::argmax(x, *axis, keepdims)
+                    : ops::argmax(ops::reshape(x, {-1}), 0, false);  // None: flat index
+      },
+      "axis"_a = py::none(), "keepdims"_a = false);
   c.def("reshape", [](const Tensor& x, py::args shape) { return x.reshape(shape_args(shape)); });
   c.def("view", [](const Tensor& x, py::args shape) { return x.view(shape_args(shape)); });
   c.def("transpose", [](const Tensor& x, py::args perm) {
-    return perm.size() == 0 ? ops::permute(x, [&] { std::vector<int64_t> p; for (int64_t i = x.dim() - 1; i >= 0; --i) p.push_back(i); return p; }())
+    return perm.size() == 0 ? ops::permute(x,
+                                           [&] {
+                                             std::vector<int64_t> p;
+                                             for (int64_t i = x.dim() - 1; i >= 0; --i)
+                                               p.push_back(i);
+                                             return p;
+                                           }())
                             : ops::permute(x, shape_args(perm));
   });
   c.def("swapaxes", &Tensor::transpose, "axis0"_a, "axis1"_a);
-  c.def("flatten", [](const Tensor& x, int64_t start_dim, int64_t end_dim) { return ops::flatten(x, start_dim, end_dim); },
-        "start_dim"_a = 0, "end_dim"_a = -1);
-  c.def("squeeze", [](const Tensor& x, std::optional<int64_t> axis) { return ops::squeeze(x, axis); }, "axis"_a = py::none());
-  c.def("expand_dims", [](const Tensor& x, int64_t axis) { return ops::unsqueeze(x, axis); }, "axis"_a);
+  c.def(
+      "flatten",
+      [](const Tensor& x, int64_t start_dim, int64_t end_dim) {
+        return ops::flatten(x, start_dim, end_dim);
+      },
+      "start_dim"_a = 0, "end_dim"_a = -1);
+  c.def(
+      "squeeze", [](const Tensor& x, std::optional<int64_t> axis) { return ops::squeeze(x, axis); },
+      "axis"_a = py::none());
+  c.def(
+      "expand_dims", [](const Tensor& x, int64_t axis) { return ops::unsqueeze(x, axis); },
+      "axis"_a);
 }
 
 }  // namespace
 
 void bind_tensor(Modules& m) {
-  py::class_<Tensor> tensor(m.root, "Tensor", "A tensor: shared storage, shape, strides and dtype.");
-  tensor.def(py::init(&tensor_from_python), "input_data"_a, "dtype"_a = py::none(),
-             "Copies a numpy array, a number or a nested list. uint16 arrays need dtype=bfloat16 (bit patterns).")
+  py::class_<Tensor> tensor(m.root, "Tensor",
+                            "A tensor: shared storage, shape, strides and dtype.");
+  tensor
+      .def(py::init(&tensor_from_python), "input_data"_a, "dtype"_a = py::none(),
+           "Copies a numpy array, a number or a nested list. uint16 arrays need dtype=bfloat16 "
+           "(bit patterns).")
       .def_property_readonly("shape", [](const Tensor& t) { return shape_tuple(t.shape()); })
       .def_property_readonly("dtype", &Tensor::dtype)
       .def_property_readonly("ndim", &Tensor::dim)
       .def_property_readonly("size", &Tensor::numel)
       .def_property_readonly("itemsize", &Tensor::itemsize)
       .def_property_readonly("nbytes", &Tensor::nbytes)
-      .def_property_readonly("strides", [](const Tensor& t) {
-        py::tuple s(t.dim());
-        for (int64_t i = 0; i < t.dim(); ++i) s[i] = t.strides()[i] * static_cast<int64_t>(t.itemsize());
-        return s;
-      })
+      .def_property_readonly("strides",
+                             [](const Tensor& t) {
+                               py::tuple s(t.dim());
+                               for (int64_t i = 0; i < t.dim(); ++i)
+                                 s[i] = t.strides()[i] * static_cast<int64_t>(t.itemsize());
+                               return s;
+                             })
       .def("dim", &Tensor::dim)
       .def("is_contiguous", &Tensor::is_contiguous)
-      .def("asnumpy", &to_numpy, "A read-only numpy view of the same memory (bf16 as uint16 bit patterns).")
-      .def("__array__", [](const Tensor& t, py::object dtype) {
-        py::array a = to_numpy(t);
-        return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
-      }, "dtype"_a = py::none())
+      .def("asnumpy", &to_numpy,
+           "A read-only numpy view of the same memory (bf16 as uint16 bit patterns).")
+      .def(
+          "__array__",
+          [](const Tensor& t, py::object dtype) {
+            py::array a = to_numpy(t);
+            return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
+          },
+          "dtype"_a = py::none())
       .def("astype", &Tensor::astype, "dtype"_a, ReleaseGil())
       .def("to", &Tensor::astype, "dtype"_a, ReleaseGil())
       .def("item", &Tensor::item)
       .def("__float__", &Tensor::item)
       .def("__int__", [](const Tensor& t) { return static_cast<int64_t>(t.item()); })
       .def("__bool__", [](const Tensor& t) { return t.item() != 0.0; })
-      .def("__len__", [](const Tensor& t) {
-        if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
-        return t.size(0);
-      })
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
+             return t.size(0);
+           })
       .def("__getitem__", &getitem)
       .def("tolist", [](const Tensor& t) { return to_numpy(t).attr("tolist")(); })
       .def("contiguous", &Tensor::contiguous, ReleaseGil())
       .def("copy", &Tensor::clone, ReleaseGil())
       .def("clone", &Tensor::clone, ReleaseGil())
       .def("detach", &Tensor::detach)
-      .def("copy_", [](Tensor& t, const Tensor& src) { t.copy_(src); return t; }, "src"_a, ReleaseGil())
-      .def("fill_", [](Tensor& t, double v) { t.fill_(v); return t; }, "value"_a, ReleaseGil())
-      .def("assign_value", [](Tensor& t, const Tensor& src) { t.copy_(src); return t; }, "value"_a, ReleaseGil())
+      .def(
+          "copy_",
+          [](Tensor& t, const Tensor& src) {
+            t.copy_(src);
+            return t;
+          },
+          "src"_a, ReleaseGil())
+      .def(
+          "fill_",
+          [](Tensor& t, double v) {
+            t.fill_(v);
+            return t;
+          },
+          "value"_a, ReleaseGil())
+      .def(
+          "assign_value",
+          [](Tensor& t, const Tensor& src) {
+            t.copy_(src);
+            return t;
+          },
+          "value"_a, ReleaseGil())
       .def_property("requires_grad", &Tensor::requires_grad,
                     [](Tensor& t, bool on) { t.set_requires_grad(on); })
-      .def_property_readonly("grad", [](const Tensor& t) -> py::object {
-        const Tensor g = t.grad();
-        return g.defined() ? py::cast(g) : py::none();
-      })
-      .def("backward", [](const Tensor& t) { t.backward(); }, ReleaseGil())
-      .def("__repr__", [](const Tensor& t) { return t.defined() ? t.str() : std::string("Tensor(undefined)"); });
+      .def_property_readonly("grad",
+                             [](const Tensor& t) -> py::object {
+                               const Tensor g = t.grad();
+                               return g.defined() ? py::cast(g) : py::none();
+                             })
+      .def(
+          "backward", [](const Tensor& t) { t.backward(); }, ReleaseGil())
+      .def("__repr__", [](const Tensor& t) {
+        return t.defined() ? t.str() : std::string("Tensor(undefined)");
+      });
   bind_tensor_math(tensor);
 
-  py::class_<Parameter, Tensor>(m.root, "Parameter",
-                                "A Tensor that a Python-defined Cell registers as a parameter when assigned to an attribute.")
-      .def(py::init([](const Tensor& default_input, std::optional<std::string> name, bool requires_grad) {
+  py::class_<Parameter, Tensor>(
+      m.root, "Parameter",
+      "A Tensor that a Python-defined Cell registers as a parameter when assigned to an attribute.")
+      .def(py::init([](const Tensor& default_input, std::optional<std::string> name,
+                       bool requires_grad) {
              Parameter p(default_input.detach(), name.value_or(""));
              p.set_requires_grad(requires_grad);
              return p;

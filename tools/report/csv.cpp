@@ -44,13 +44,15 @@ struct Slot {
   std::string name;
 };
 
-std::vector<Slot> parse_header(Trace& t, const std::vector<std::string>& names, const std::string& where) {
+std::vector<Slot> parse_header(Trace& t, const std::vector<std::string>& names,
+                               const std::string& where) {
   std::vector<Slot> slots;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string name(trim(names[i]));
     for (size_t k = 0; k < i; ++k)
-      MIXPREC_CHECK(trim(names[k]) != name, where, ": column '", name, "' appears twice in the header",
-                    Hint{"a trace has one header line, e.g. step,epoch,loss,scale,skipped,overflow,lr"});
+      MIXPREC_CHECK(
+          trim(names[k]) != name, where, ": column '", name, "' appears twice in the header",
+          Hint{"a trace has one header line, e.g. step,epoch,loss,scale,skipped,overflow,lr"});
     Slot s{.name = name};
     if (is_known(name, kNumericColumns)) {
       s.num = &t.numeric[name];
@@ -114,21 +116,23 @@ Trace parse_trace(std::istream& in, const std::string& name) {
     // Every line the trace writer makes ends with '\n': one without is a row cut short, whatever
     // its fields look like (a cut "1,1," can still have as many fields as the header).
     MIXPREC_CHECK(!in.eof(), where, ": the file ends without a line end: this row was cut short",
-                  Hint{"its run stopped mid-write (a full disk, a kill); resume the run to rewrite the row, or "
+                  Hint{"its run stopped mid-write (a full disk, a kill); resume the run to rewrite "
+                       "the row, or "
                        "delete the cut line"});
     MIXPREC_CHECK(split_csv_line(line, fields), where, ": unterminated quote");
     if (slots.empty()) {
       slots = parse_header(t, fields, where);
       continue;
     }
-    MIXPREC_CHECK(fields.size() == slots.size(), where, ": expected ", slots.size(), " fields (as in the header), got ",
-                  fields.size(), Hint{"every row needs one value per header column; was the file cut short?"});
+    MIXPREC_CHECK(fields.size() == slots.size(), where, ": expected ", slots.size(),
+                  " fields (as in the header), got ", fields.size(),
+                  Hint{"every row needs one value per header column; was the file cut short?"});
     for (size_t i = 0; i < slots.size(); ++i) {
       if (slots[i].txt) slots[i].txt->push_back(fields[i]);
       if (!slots[i].num) continue;
       double v = 0;
-      MIXPREC_CHECK(parse_number(fields[i], v), where, ", column '", slots[i].name, "': expected a number, got '",
-                    fields[i].substr(0, 40), "'");
+      MIXPREC_CHECK(parse_number(fields[i], v), where, ", column '", slots[i].name,
+                    "': expected a number, got '", fields[i].substr(0, 40), "'");
       slots[i].num->push_back(v);
     }
     ++t.rows;

@@ -15,7 +15,8 @@ namespace mixprec::report {
 
 // Columns parsed as numbers (an empty field, "nan" or "inf" are accepted) and as text.
 inline constexpr std::string_view kNumericColumns[] = {
-    "step", "epoch", "loss", "scale", "skipped", "overflow", "lr", "casts", "cast_bytes", "low_flops_fraction"};
+    "step",     "epoch", "loss",  "scale",      "skipped",
+    "overflow", "lr",    "casts", "cast_bytes", "low_flops_fraction"};
 inline constexpr std::string_view kTextColumns[] = {"offending_op"};
 
 struct Trace {

@@ -61,23 +61,27 @@ std::string fmt_bytes(double bytes) {
 std::string fmt_scale(double scale) {
   if (!std::isfinite(scale) || scale <= 0) return fmt_num(scale);
   const double e = std::log2(scale);
-  const std::string v = scale == std::trunc(scale) && scale < 1e15 ? fmt::format("{:.0f}", scale) : fmt_num(scale, 6);
+  const std::string v =
+      scale == std::trunc(scale) && scale < 1e15 ? fmt::format("{:.0f}", scale) : fmt_num(scale, 6);
   if (e == std::round(e)) return fmt::format("{} (2^{:.0f})", v, e);
   return fmt::format("{} (2^{:.2f})", v, e);
 }
 
-std::string html_table(const std::vector<std::string>& header, const std::vector<std::vector<Cell>>& rows,
-                       const std::string& cls) {
-  std::string out = cls.empty() ? "<table>\n<thead><tr>" : "<table class=\"" + cls + "\">\n<thead><tr>";
+std::string html_table(const std::vector<std::string>& header,
+                       const std::vector<std::vector<Cell>>& rows, const std::string& cls) {
+  std::string out =
+      cls.empty() ? "<table>\n<thead><tr>" : "<table class=\"" + cls + "\">\n<thead><tr>";
   for (size_t i = 0; i < header.size(); ++i) {  // numeric columns (by their first row) align right
-    const bool num = !rows.empty() && i < rows[0].size() && rows[0][i].cls.find("num") != std::string::npos;
+    const bool num =
+        !rows.empty() && i < rows[0].size() && rows[0][i].cls.find("num") != std::string::npos;
     out += (num ? "<th class=\"num\">" : "<th>") + escape(header[i]) + "</th>";
   }
   out += "</tr></thead>\n<tbody>\n";
   for (const auto& row : rows) {
     out += "<tr>";
     for (const auto& c : row)
-      out += (c.cls.empty() ? std::string("<td>") : "<td class=\"" + c.cls + "\">") + escape(c.text) + "</td>";
+      out += (c.cls.empty() ? std::string("<td>") : "<td class=\"" + c.cls + "\">") +
+             escape(c.text) + "</td>";
     out += "</tr>\n";
   }
   out += "</tbody>\n</table>\n";

@@ -30,7 +30,7 @@ struct Cell {
 
 // A <table> with an escaped header row and rows of cells (a row longer or shorter than the
 // header is rendered as it is); `cls` (trusted) is the table's class.
-std::string html_table(const std::vector<std::string>& header, const std::vector<std::vector<Cell>>& rows,
-                       const std::string& cls = "");
+std::string html_table(const std::vector<std::string>& header,
+                       const std::vector<std::vector<Cell>>& rows, const std::string& cls = "");
 
 }  // namespace mixprec::report

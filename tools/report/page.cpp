@@ -54,18 +54,22 @@ footer { margin-top: 36px; font-size: 12px; color: var(--muted); }
 )css";
 
 std::string card(const std::string& key, const std::string& value, const std::string& detail = "") {
-  return "<div class=\"card\"><div class=\"k\">" + escape(key) + "</div><div class=\"v\">" + escape(value) + "</div>" +
+  return "<div class=\"card\"><div class=\"k\">" + escape(key) + "</div><div class=\"v\">" +
+         escape(value) + "</div>" +
          (detail.empty() ? "" : "<div class=\"d\">" + escape(detail) + "</div>") + "</div>\n";
 }
 
 std::string header(const Run& r, const Trace* t) {
   std::string sub = r.amp_level + (r.dtype.empty() ? "" : " · " + r.dtype);
   if (!r.loss_scale_manager.empty()) sub += " · loss scale " + r.loss_scale_manager;
-  if (!r.optimizer.empty()) sub += " · " + r.optimizer + (std::isfinite(r.learning_rate) ? " lr " + fmt_num(r.learning_rate) : "");
+  if (!r.optimizer.empty())
+    sub += " · " + r.optimizer +
+           (std::isfinite(r.learning_rate) ? " lr " + fmt_num(r.learning_rate) : "");
   if (std::isfinite(r.batch_size)) sub += " · batch " + fmt_int(r.batch_size);
   if (std::isfinite(r.epochs)) sub += " · " + fmt_int(r.epochs) + " epoch(s)";
-  std::string out = "<header>\n<h1>mixprec run report: " + escape(r.model) + "</h1>\n<div class=\"sub\">" +
-                    escape(sub) + "</div>\n<div class=\"sub\">from <code>" + escape(r.path) + "</code>" +
+  std::string out = "<header>\n<h1>mixprec run report: " + escape(r.model) +
+                    "</h1>\n<div class=\"sub\">" + escape(sub) +
+                    "</div>\n<div class=\"sub\">from <code>" + escape(r.path) + "</code>" +
                     (t ? " and <code>" + escape(t->path) + "</code>" : "") + "</div>\n</header>\n";
   return out;
 }
@@ -73,36 +77,48 @@ std::string header(const Run& r, const Trace* t) {
 std::string cards(const Run& r) {
   std::string out = "<div class=\"cards\">\n";
   out += card("model", r.model, r.amp_level + (r.dtype.empty() ? "" : " / " + r.dtype));
-  out += card("test accuracy", std::isfinite(r.test_accuracy) ? fmt_percent(r.test_accuracy, 4) : "—",
-              std::isfinite(r.test_loss) ? "test loss " + fmt_num(r.test_loss) : "");
+  out +=
+      card("test accuracy", std::isfinite(r.test_accuracy) ? fmt_percent(r.test_accuracy, 4) : "—",
+           std::isfinite(r.test_loss) ? "test loss " + fmt_num(r.test_loss) : "");
   out += card("final train loss", fmt_num(r.train_loss), "mean over the last epoch");
-  out += card("throughput", std::isfinite(r.samples_per_second) ? fmt_num(std::round(r.samples_per_second)) + " /s" : "—",
-              "training samples per second");
+  out += card(
+      "throughput",
+      std::isfinite(r.samples_per_second) ? fmt_num(std::round(r.samples_per_second)) + " /s" : "—",
+      "training samples per second");
   out += card("peak memory", fmt_bytes(r.peak_memory_bytes), "tensor allocations");
   const bool have_skips = std::isfinite(r.skipped_steps) && std::isfinite(r.steps) && r.steps > 0;
   out += card("skipped steps", fmt_int(r.skipped_steps),
-              have_skips ? "of " + fmt_int(r.steps) + " (" + fmt_percent(r.skipped_steps / r.steps) + ")" : "");
+              have_skips
+                  ? "of " + fmt_int(r.steps) + " (" + fmt_percent(r.skipped_steps / r.steps) + ")"
+                  : "");
   const std::string scale = fmt_scale(r.loss_scale_final);  // "65536 (2^16)"
   const size_t paren = scale.find(" (");
-  out += card("final loss scale", scale.substr(0, paren),
-              paren == std::string::npos ? "" : "= " + scale.substr(paren + 2, scale.size() - paren - 3));
-  out += card("wall time", std::isfinite(r.wall_seconds) ? fmt_num(r.wall_seconds, 3) + " s" : "—",
-              std::isfinite(r.train_seconds) ? "training " + fmt_num(r.train_seconds, 3) + " s" : "");
+  out += card(
+      "final loss scale", scale.substr(0, paren),
+      paren == std::string::npos ? "" : "= " + scale.substr(paren + 2, scale.size() - paren - 3));
+  out +=
+      card("wall time", std::isfinite(r.wall_seconds) ? fmt_num(r.wall_seconds, 3) + " s" : "—",
+           std::isfinite(r.train_seconds) ? "training " + fmt_num(r.train_seconds, 3) + " s" : "");
   return out + "</div>\n";
 }
 
 // Notes derived from the numbers: skipped fraction, non-finite losses, unknown trace columns.
 std::vector<std::string> derived_notes(const Run& r, const Trace* t) {
   std::vector<std::string> notes;
-  if (std::isfinite(r.skipped_steps) && r.skipped_steps > 0 && std::isfinite(r.steps) && r.steps > 0)
-    notes.push_back(fmt::format("{} of {} steps ({}) were skipped: their gradients held inf/NaN, so the update was "
-                                "dropped and the loss scale lowered.",
-                                fmt_int(r.skipped_steps), fmt_int(r.steps), fmt_percent(r.skipped_steps / r.steps)));
+  if (std::isfinite(r.skipped_steps) && r.skipped_steps > 0 && std::isfinite(r.steps) &&
+      r.steps > 0)
+    notes.push_back(fmt::format(
+        "{} of {} steps ({}) were skipped: their gradients held inf/NaN, so the update was "
+        "dropped and the loss scale lowered.",
+        fmt_int(r.skipped_steps), fmt_int(r.steps), fmt_percent(r.skipped_steps / r.steps)));
   if (t && t->has("loss")) {
     const auto& l = t->col("loss");
     const auto bad = std::count_if(l.begin(), l.end(), [](double v) { return !std::isfinite(v); });
-    if (bad) notes.push_back(fmt::format("{} step(s) had a non-finite loss in the forward pass (not an underflow "
-                                         "problem: look at the overflow events).", bad));
+    if (bad)
+      notes.push_back(
+          fmt::format("{} step(s) had a non-finite loss in the forward pass (not an underflow "
+                      "problem: look at the overflow events).",
+                      bad));
   }
   if (t && !t->ignored.empty()) {
     std::string cols;
@@ -159,8 +175,10 @@ std::string section(const std::string& id, const std::string& title, const std::
 std::string render_page(const Run& run, const Trace* trace, const PageOptions& options) {
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
-      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>mixprec report: " +
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src "
+      "'unsafe-inline'\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>mixprec "
+      "report: " +
       escape(run.model) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n<main>\n";
   out += header(run, trace);
   out += cards(run);
@@ -169,7 +187,8 @@ std::string render_page(const Run& run, const Trace* trace, const PageOptions& o
   out += table_sections(run, trace, options);
   out += details(run);
   out += "<footer>Generated by <code>mixprec report</code>" +
-         (run.mixprec_version.empty() ? std::string() : " for a run of mixprec " + escape(run.mixprec_version)) +
+         (run.mixprec_version.empty() ? std::string()
+                                      : " for a run of mixprec " + escape(run.mixprec_version)) +
          ". Self-contained: no scripts, no external resources.</footer>\n";
   return out + "</main>\n</body>\n</html>\n";
 }

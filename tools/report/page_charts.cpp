@@ -22,7 +22,8 @@ constexpr const char* kRed = "#d62728";
 constexpr const char* kPurple = "#9467bd";
 
 std::string figure(const ChartSpec& spec, const std::string& caption) {
-  return "<figure>\n" + render_chart(spec) + "<figcaption>" + caption + "</figcaption>\n</figure>\n";
+  return "<figure>\n" + render_chart(spec) + "<figcaption>" + caption +
+         "</figcaption>\n</figure>\n";
 }
 
 // x of per-step series: the step column, else 1, 2, ... rows.
@@ -33,7 +34,8 @@ std::vector<double> step_axis(const Trace& t) {
   return x;
 }
 
-std::vector<double> flagged_steps(const Trace& t, std::string_view column, const std::vector<double>& x) {
+std::vector<double> flagged_steps(const Trace& t, std::string_view column,
+                                  const std::vector<double>& x) {
   std::vector<double> out;
   if (!t.has(column)) return out;
   const auto& c = t.col(column);
@@ -43,7 +45,8 @@ std::vector<double> flagged_steps(const Trace& t, std::string_view column, const
 }
 
 // Tick strips for skipped and overflow steps, and a caption fragment with their counts.
-std::vector<MarkStrip> step_strips(const Trace& t, const std::vector<double>& x, std::string& caption) {
+std::vector<MarkStrip> step_strips(const Trace& t, const std::vector<double>& x,
+                                   std::string& caption) {
   std::vector<MarkStrip> strips;
   if (t.has("skipped")) {
     strips.push_back({"skipped", kRed, flagged_steps(t, "skipped", x)});
@@ -51,7 +54,8 @@ std::vector<MarkStrip> step_strips(const Trace& t, const std::vector<double>& x,
   }
   if (t.has("overflow")) {
     strips.push_back({"overflow", kOrange, flagged_steps(t, "overflow", x)});
-    caption += fmt::format("; {} step(s) with inf/NaN gradients marked in orange", strips.back().x.size());
+    caption +=
+        fmt::format("; {} step(s) with inf/NaN gradients marked in orange", strips.back().x.size());
   }
   return strips;
 }
@@ -66,11 +70,13 @@ void clip_spikes(ChartSpec& spec, const std::vector<double>& y, std::string& cap
   const double p99 = v[v.size() * 99 / 100], top = v.back();
   if (p99 <= 0 || top <= 3 * p99) return;
   spec.y_range = std::pair{std::min(v.front(), 0.0), 1.5 * p99};
-  caption += fmt::format("; y axis clipped at {} (spikes reach {})", fmt_num(1.5 * p99), fmt_num(top));
+  caption +=
+      fmt::format("; y axis clipped at {} (spikes reach {})", fmt_num(1.5 * p99), fmt_num(top));
 }
 
 std::string downsample_note(size_t n, const PageOptions& o) {
-  return n > o.max_points ? fmt::format(" (downsampled to min/max of {} buckets)", o.max_points / 2) : "";
+  return n > o.max_points ? fmt::format(" (downsampled to min/max of {} buckets)", o.max_points / 2)
+                          : "";
 }
 
 std::string loss_chart(const Trace& t, const PageOptions& o) {
@@ -78,14 +84,18 @@ std::string loss_chart(const Trace& t, const PageOptions& o) {
   const std::vector<double>& y = t.col("loss");
   const double window = std::clamp(static_cast<double>(y.size()) / 50.0, 5.0, 500.0);
   const size_t bad = std::count_if(y.begin(), y.end(), [](double v) { return !std::isfinite(v); });
-  std::string caption = fmt::format("{} steps{}; smoothed: exponential moving average over ~{:.0f} steps", y.size(),
-                                    downsample_note(y.size(), o), window);
+  std::string caption =
+      fmt::format("{} steps{}; smoothed: exponential moving average over ~{:.0f} steps", y.size(),
+                  downsample_note(y.size(), o), window);
   if (bad) caption += fmt::format("; {} non-finite loss value(s) left out", bad);
-  ChartSpec spec{.title = "Training loss per step", .x_label = "step", .y_label = "loss", .integer_x = true};
+  ChartSpec spec{
+      .title = "Training loss per step", .x_label = "step", .y_label = "loss", .integer_x = true};
   auto [rx, ry] = downsample_minmax(x, y, o.max_points);
   auto [sx, sy] = downsample_minmax(x, smooth_ema(y, window), o.max_points);
-  spec.series.push_back({.name = "loss (raw)", .color = kBlue, .x = rx, .y = ry, .width = 1, .opacity = 0.45});
-  spec.series.push_back({.name = "loss (smoothed)", .color = kDarkBlue, .x = sx, .y = sy, .width = 2.2});
+  spec.series.push_back(
+      {.name = "loss (raw)", .color = kBlue, .x = rx, .y = ry, .width = 1, .opacity = 0.45});
+  spec.series.push_back(
+      {.name = "loss (smoothed)", .color = kDarkBlue, .x = sx, .y = sy, .width = 2.2});
   spec.strips = step_strips(t, x, caption);
   clip_spikes(spec, y, caption);
   return figure(spec, escape(caption));
@@ -99,8 +109,12 @@ std::string scale_chart(const Trace& t, const PageOptions& o) {
     down += y[i] < y[i - 1];
     up += y[i] > y[i - 1];
   }
-  std::string caption = fmt::format("{} decrease(s), {} increase(s){}", down, up, downsample_note(y.size(), o));
-  ChartSpec spec{.title = "Loss scale per step", .x_label = "step", .y_label = "loss scale", .log2_y = true,
+  std::string caption =
+      fmt::format("{} decrease(s), {} increase(s){}", down, up, downsample_note(y.size(), o));
+  ChartSpec spec{.title = "Loss scale per step",
+                 .x_label = "step",
+                 .y_label = "loss scale",
+                 .log2_y = true,
                  .integer_x = true};
   auto [dx, dy] = downsample_minmax(x, y, o.max_points);
   spec.series.push_back({.name = "loss scale", .color = kPurple, .x = dx, .y = dy, .width = 2});
@@ -109,17 +123,20 @@ std::string scale_chart(const Trace& t, const PageOptions& o) {
 }
 
 // A plain per-step chart of one trace column (learning rate, casts, ...), if it varies.
-std::string column_chart(const Trace& t, std::string_view column, const std::string& title, const std::string& y_label,
-                         const PageOptions& o) {
+std::string column_chart(const Trace& t, std::string_view column, const std::string& title,
+                         const std::string& y_label, const PageOptions& o) {
   const std::vector<double>& y = t.col(column);
   double lo = INFINITY, hi = -INFINITY;
   for (const double v : y)
     if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   if (!(lo < hi)) return "";  // no data, or a constant (the run details say it)
-  ChartSpec spec{.title = title, .x_label = "step", .y_label = y_label, .integer_x = true, .height = 240};
+  ChartSpec spec{
+      .title = title, .x_label = "step", .y_label = y_label, .integer_x = true, .height = 240};
   auto [dx, dy] = downsample_minmax(step_axis(t), y, o.max_points);
-  spec.series.push_back({.name = std::string(column), .color = kGreen, .x = dx, .y = dy, .width = 1.8});
-  return figure(spec, escape(fmt::format("trace column '{}'{}", column, downsample_note(y.size(), o))));
+  spec.series.push_back(
+      {.name = std::string(column), .color = kGreen, .x = dx, .y = dy, .width = 1.8});
+  return figure(spec,
+                escape(fmt::format("trace column '{}'{}", column, downsample_note(y.size(), o))));
 }
 
 struct EpochSeries {
@@ -153,20 +170,44 @@ std::string epoch_charts(const Run& r, bool have_trace) {
   const EpochSeries s = epoch_series(r);
   std::string out;
   const double last = s.epoch.empty() ? 1 : *std::max_element(s.epoch.begin(), s.epoch.end());
-  const std::pair<double, double> xr{std::min(1.0, s.epoch.empty() ? 1.0 : s.epoch.front()) - 0.25, last + 0.25};
+  const std::pair<double, double> xr{std::min(1.0, s.epoch.empty() ? 1.0 : s.epoch.front()) - 0.25,
+                                     last + 0.25};
   if ((!have_trace && any_finite(s.train_loss)) || any_finite(s.test_loss)) {
-    ChartSpec spec{.title = "Loss per epoch", .x_label = "epoch", .y_label = "loss", .integer_x = true, .x_range = xr,
+    ChartSpec spec{.title = "Loss per epoch",
+                   .x_label = "epoch",
+                   .y_label = "loss",
+                   .integer_x = true,
+                   .x_range = xr,
                    .height = 280};
-    spec.series.push_back({.name = "train (mean over the epoch)", .color = kBlue, .x = s.epoch, .y = s.train_loss,
-                           .width = 2, .dots = true});
+    spec.series.push_back({.name = "train (mean over the epoch)",
+                           .color = kBlue,
+                           .x = s.epoch,
+                           .y = s.train_loss,
+                           .width = 2,
+                           .dots = true});
     if (any_finite(s.test_loss))
-      spec.series.push_back({.name = "test", .color = kOrange, .x = s.epoch, .y = s.test_loss, .width = 2, .dots = true});
-    out += figure(spec, have_trace ? "from the run JSON" : "from the run JSON (no --trace given: per-step loss unavailable)");
+      spec.series.push_back({.name = "test",
+                             .color = kOrange,
+                             .x = s.epoch,
+                             .y = s.test_loss,
+                             .width = 2,
+                             .dots = true});
+    out += figure(spec, have_trace
+                            ? "from the run JSON"
+                            : "from the run JSON (no --trace given: per-step loss unavailable)");
   }
   if (any_finite(s.accuracy)) {
-    ChartSpec spec{.title = "Test accuracy per epoch", .x_label = "epoch", .y_label = "accuracy", .integer_x = true,
-                   .x_range = xr, .height = 280};
-    spec.series.push_back({.name = "test accuracy", .color = kGreen, .x = s.epoch, .y = s.accuracy, .width = 2,
+    ChartSpec spec{.title = "Test accuracy per epoch",
+                   .x_label = "epoch",
+                   .y_label = "accuracy",
+                   .integer_x = true,
+                   .x_range = xr,
+                   .height = 280};
+    spec.series.push_back({.name = "test accuracy",
+                           .color = kGreen,
+                           .x = s.epoch,
+                           .y = s.accuracy,
+                           .width = 2,
                            .dots = true});
     out += figure(spec, "from epoch_metrics in the run JSON");
   }
@@ -180,11 +221,14 @@ std::string chart_sections(const Run& run, const Trace* t, const PageOptions& o)
   if (t && t->has("loss")) body += loss_chart(*t, o);
   body += epoch_charts(run, t && t->has("loss"));
   if (t && t->has("scale")) body += scale_chart(*t, o);
-  if (t && t->has("lr")) body += column_chart(*t, "lr", "Learning rate per step", "learning rate", o);
+  if (t && t->has("lr"))
+    body += column_chart(*t, "lr", "Learning rate per step", "learning rate", o);
   if (t && t->has("low_flops_fraction"))
-    body += column_chart(*t, "low_flops_fraction", "Fraction of FLOPs in low precision", "fraction", o);
+    body +=
+        column_chart(*t, "low_flops_fraction", "Fraction of FLOPs in low precision", "fraction", o);
   if (t && t->has("casts")) body += column_chart(*t, "casts", "Casts per step", "casts", o);
-  if (t && t->has("cast_bytes")) body += column_chart(*t, "cast_bytes", "Bytes cast per step", "bytes", o);
+  if (t && t->has("cast_bytes"))
+    body += column_chart(*t, "cast_bytes", "Bytes cast per step", "bytes", o);
   return body.empty() ? "" : section("charts", "Curves", body);
 }
 

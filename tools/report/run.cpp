@@ -25,19 +25,23 @@ std::string describe(const json& v) {
 // One JSON object and its path in the file; typed getters that name the field on a mismatch.
 class Obj {
  public:
-  Obj(const json& j, const std::string& file, std::string path) : j_(j), file_(file), path_(std::move(path)) {
-    MIXPREC_CHECK(j.is_object(), "run report '", file_, "': ", path_.empty() ? "the top level" : "'" + path_ + "'",
+  Obj(const json& j, const std::string& file, std::string path)
+      : j_(j), file_(file), path_(std::move(path)) {
+    MIXPREC_CHECK(j.is_object(), "run report '", file_,
+                  "': ", path_.empty() ? "the top level" : "'" + path_ + "'",
                   ": expected a JSON object, got ", describe(j),
                   Hint{"pass the file that `mixprec train --report FILE` wrote"});
   }
-  std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string field(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
 
   // nullptr when absent or null.
   const json* get(const char* key, bool required = false) const {
     auto it = j_.find(key);
     const bool present = it != j_.end() && !it->is_null();
-    MIXPREC_CHECK(present || !required, "run report '", file_, "': field '", field(key), "' is missing",
-                  Hint{"pass the file that `mixprec train --report FILE` wrote"});
+    MIXPREC_CHECK(present || !required, "run report '", file_, "': field '", field(key),
+                  "' is missing", Hint{"pass the file that `mixprec train --report FILE` wrote"});
     return present ? &*it : nullptr;
   }
   std::string str(const char* key, bool required = false) const {
@@ -70,7 +74,8 @@ class Obj {
 
  private:
   void expect(bool ok, const std::string& key, const char* what, const json& got) const {
-    MIXPREC_CHECK(ok, "run report '", file_, "': field '", field(key), "': expected ", what, ", got ", describe(got));
+    MIXPREC_CHECK(ok, "run report '", file_, "': field '", field(key), "': expected ", what,
+                  ", got ", describe(got));
   }
   const json& j_;
   const std::string& file_;
@@ -78,8 +83,7 @@ class Obj {
 };
 
 // Applies `read(Obj)` to each element of the array `key` (absent: nothing).
-template <class T, class F>
-std::vector<T> read_array(const Obj& o, const char* key, F read) {
+template <class T, class F> std::vector<T> read_array(const Obj& o, const char* key, F read) {
   std::vector<T> out;
   const json* a = o.array(key);
   for (size_t i = 0; a && i < a->size(); ++i)
@@ -114,8 +118,9 @@ void read_summary(const Obj& o, Run& r) {
   if (const json* a = o.array("train_loss_per_epoch")) {
     for (size_t i = 0; i < a->size(); ++i) {
       const json& v = (*a)[i];
-      MIXPREC_CHECK(v.is_null() || v.is_number(), "run report '", o.file(), "': field 'train_loss_per_epoch[", i,
-                    "]': expected a number, got ", describe(v));
+      MIXPREC_CHECK(v.is_null() || v.is_number(), "run report '", o.file(),
+                    "': field 'train_loss_per_epoch[", i, "]': expected a number, got ",
+                    describe(v));
       r.train_loss_per_epoch.push_back(v.is_null() ? NAN : v.get<double>());
     }
   }
@@ -124,14 +129,15 @@ void read_summary(const Obj& o, Run& r) {
 
 void read_sections(const Obj& o, Run& r) {
   r.epoch_metrics = read_array<EpochMetric>(o, "epoch_metrics", [](const Obj& e) {
-    return EpochMetric{e.num("epoch"), e.num("train_loss"), e.num("test_accuracy"), e.num("test_loss")};
+    return EpochMetric{e.num("epoch"), e.num("train_loss"), e.num("test_accuracy"),
+                       e.num("test_loss")};
   });
   r.precision_table = read_array<PrecisionEntry>(o, "precision_table", [](const Obj& e) {
     return PrecisionEntry{e.str("cell"),    e.str("type"),    e.strings("ops"),
                           e.str("compute"), e.str("weights"), e.str("output")};
   });
   r.overflow_events = read_array<OverflowEvent>(o, "overflow_events", [](const Obj& e) {
-    return OverflowEvent{e.num("step"), e.str("phase"), e.str("cell"),          e.str("op"),
+    return OverflowEvent{e.num("step"),  e.str("phase"),         e.str("cell"),  e.str("op"),
                          e.str("dtype"), e.num("input_max_abs"), e.str("detail")};
   });
   r.grad_stats = read_array<GradStat>(o, "grad_stats", [](const Obj& e) {
@@ -152,7 +158,8 @@ Run parse_run(std::istream& in, const std::string& name) {
     j = json::parse(in);
   } catch (const json::exception& e) {
     std::string what = e.what();
-    if (const size_t p = what.find("] "); what.starts_with("[json.exception") && p != std::string::npos)
+    if (const size_t p = what.find("] ");
+        what.starts_with("[json.exception") && p != std::string::npos)
       what = what.substr(p + 2);
     MIXPREC_CHECK(false, "run report '", name, "': not valid JSON: ", what,
                   Hint{"pass the file that `mixprec train --report FILE` wrote"});

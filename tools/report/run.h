@@ -43,9 +43,10 @@ struct Promotion {
 struct Run {
   std::string path;
   // Identity and settings.
-  std::string model, amp_level, dtype, loss_scale_manager, optimizer, cpu_features, mixprec_version, data;
-  double epochs = NAN, steps = NAN, skipped_steps = NAN, batch_size = NAN, learning_rate = NAN, seed = NAN,
-         threads = NAN;
+  std::string model, amp_level, dtype, loss_scale_manager, optimizer, cpu_features, mixprec_version,
+      data;
+  double epochs = NAN, steps = NAN, skipped_steps = NAN, batch_size = NAN, learning_rate = NAN,
+         seed = NAN, threads = NAN;
   // Results.
   double loss_scale_final = NAN, train_loss = NAN, test_accuracy = NAN, test_loss = NAN,
          samples_per_second = NAN, peak_memory_bytes = NAN, wall_seconds = NAN, train_seconds = NAN;

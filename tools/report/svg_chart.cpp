@@ -51,20 +51,25 @@ std::pair<double, double> data_range(const ChartSpec& s, bool y, const Axis& pro
   return {lo, hi};
 }
 
-std::string axis_text(double x, double y, const char* anchor, const std::string& body, const char* extra = "") {
-  return fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\"{}>{}</text>\n", x, y, anchor, extra, body);
+std::string axis_text(double x, double y, const char* anchor, const std::string& body,
+                      const char* extra = "") {
+  return fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\"{}>{}</text>\n", x, y,
+                     anchor, extra, body);
 }
 
 // Y axis: domain, grid lines and tick labels.
 std::string y_axis(const ChartSpec& s, Axis& ay, double x0, double x1) {
-  const bool fixed = s.y_range && Axis::plottable(s.y_range->first) && Axis::plottable(s.y_range->second) &&
-                     s.y_range->first < s.y_range->second;
+  const bool fixed = s.y_range && Axis::plottable(s.y_range->first) &&
+                     Axis::plottable(s.y_range->second) && s.y_range->first < s.y_range->second;
   auto [lo, hi] = fixed ? *s.y_range : data_range(s, true, ay);
   std::string out;
   std::vector<double> ticks;
   if (s.log2_y) {
     double a = std::floor(std::log2(lo)), b = std::ceil(std::log2(hi));
-    if (a == b) { a -= 1; b += 1; }
+    if (a == b) {
+      a -= 1;
+      b += 1;
+    }
     ay.d0 = a;
     ay.d1 = b;
     const double step = std::max(1.0, std::ceil((b - a) / 8));
@@ -83,23 +88,31 @@ std::string y_axis(const ChartSpec& s, Axis& ay, double x0, double x1) {
   for (const double t : ticks) {
     if (t < ay.d0 - 1e-9 * step || t > ay.d1 + 1e-9 * step) continue;
     const double py = ay.p0 + (t - ay.d0) / (ay.d1 - ay.d0) * (ay.p1 - ay.p0);
-    out += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", x0, x1, py, py);
-    const std::string label = s.log2_y ? fmt::format("2<tspan dy=\"-6\" font-size=\"9\">{:.0f}</tspan>", t)
-                                       : fmt_tick(t, step);
+    out += fmt::format(
+        "<line class=\"grid\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", x0, x1,
+        py, py);
+    const std::string label =
+        s.log2_y ? fmt::format("2<tspan dy=\"-6\" font-size=\"9\">{:.0f}</tspan>", t)
+                 : fmt_tick(t, step);
     out += axis_text(x0 - 6, py + 4, "end", label, " class=\"tick\"");
   }
   return out;
 }
 
 // X axis: domain, grid lines and tick labels (at `label_y`).
-std::string x_axis(const ChartSpec& s, Axis& ax, const Axis& ay, double y0, double y1, double label_y) {
+std::string x_axis(const ChartSpec& s, Axis& ax, const Axis& ay, double y0, double y1,
+                   double label_y) {
   auto [lo, hi] = s.x_range ? *s.x_range : data_range(s, false, ay);
-  if (lo == hi) { lo -= 1; hi += 1; }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
   ax.d0 = lo;
   ax.d1 = hi;
   std::string out;
   std::vector<double> ticks = nice_ticks(lo, hi, 8);
-  if (s.integer_x && ticks.size() > 1 && ticks[1] - ticks[0] < 1) {  // a short range: every whole number
+  if (s.integer_x && ticks.size() > 1 &&
+      ticks[1] - ticks[0] < 1) {  // a short range: every whole number
     ticks.clear();
     for (double t = std::ceil(lo); t <= hi; t += 1) ticks.push_back(t);
   }
@@ -108,7 +121,9 @@ std::string x_axis(const ChartSpec& s, Axis& ax, const Axis& ay, double y0, doub
     if (t < lo - 1e-9 * step || t > hi + 1e-9 * step) continue;
     if (s.integer_x && t != std::round(t)) continue;
     const double px = ax.pixel(t);
-    out += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", px, px, y0, y1);
+    out += fmt::format(
+        "<line class=\"grid\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n", px, px,
+        y0, y1);
     out += axis_text(px, label_y, "middle", fmt_tick(t, step), " class=\"tick\"");
   }
   return out;
@@ -122,12 +137,14 @@ std::string draw_series(const Series& ser, const Axis& ax, const Axis& ay) {
     const double px = ax.pixel(ser.x[i]), py = ay.pixel(ser.y[i]);
     fmt::format_to(std::back_inserter(pts), "{}{:.1f},{:.1f}", n ? " " : "", px, py);
     if (ser.dots)
-      fmt::format_to(std::back_inserter(dots), "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>", px, py,
+      fmt::format_to(std::back_inserter(dots),
+                     "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>", px, py,
                      ser.color);
     ++n;
   }
   std::string out = fmt::format(
-      "<polyline class=\"series\" data-series=\"{}\" data-points=\"{}\" fill=\"none\" stroke=\"{}\" "
+      "<polyline class=\"series\" data-series=\"{}\" data-points=\"{}\" fill=\"none\" "
+      "stroke=\"{}\" "
       "stroke-width=\"{}\" stroke-opacity=\"{}\" stroke-linejoin=\"round\" points=\"{}\"/>\n",
       escape(ser.name), n, ser.color, ser.width, ser.opacity, fmt::to_string(pts));
   return out + fmt::to_string(dots) + (ser.dots ? "\n" : "");
@@ -144,21 +161,25 @@ std::string draw_strip(const MarkStrip& m, const Axis& ax, double y, double x0) 
     seen[col] = true;
     fmt::format_to(std::back_inserter(d), "M{:.0f} {:.1f}v10", px, y);
   }
-  std::string out = fmt::format("<rect class=\"strip\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"10\"/>\n",
-                                ax.p0, y, ax.p1 - ax.p0);
+  std::string out = fmt::format(
+      "<rect class=\"strip\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"10\"/>\n", ax.p0,
+      y, ax.p1 - ax.p0);
   out += axis_text(x0 - 6, y + 9, "end", escape(m.name), " class=\"tick\"");
   if (d.size() > 0)
-    out += fmt::format("<path class=\"marks\" data-strip=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" d=\"{}\"/>\n",
-                       escape(m.name), m.color, fmt::to_string(d));
+    out += fmt::format(
+        "<path class=\"marks\" data-strip=\"{}\" stroke=\"{}\" stroke-width=\"1.5\" d=\"{}\"/>\n",
+        escape(m.name), m.color, fmt::to_string(d));
   return out;
 }
 
 std::string legend(const ChartSpec& s, double x, double y) {
   std::string out;
   for (const auto& ser : s.series) {
-    out += fmt::format("<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"3\" "
-                       "stroke-opacity=\"{}\"/>\n",
-                       x, x + 18, y - 4, y - 4, ser.color, std::max(ser.opacity, 0.5));
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+        "stroke-width=\"3\" "
+        "stroke-opacity=\"{}\"/>\n",
+        x, x + 18, y - 4, y - 4, ser.color, std::max(ser.opacity, 0.5));
     out += axis_text(x + 24, y, "start", escape(ser.name), " class=\"legend\"");
     x += 24 + 7.0 * static_cast<double>(ser.name.size()) + 22;
   }
@@ -180,22 +201,26 @@ std::string render_chart(const ChartSpec& s) {
   out += legend(s, x0, 42);
   const auto [ylo, yhi] = data_range(s, true, ay);
   if (!(ylo <= yhi)) {
-    out += fmt::format("<rect class=\"plot\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n", x0, y0,
-                       x1 - x0, y1 - y0);
-    out += axis_text((x0 + x1) / 2, (y0 + y1) / 2, "middle", "no finite data to plot", " class=\"tick\"");
+    out += fmt::format(
+        "<rect class=\"plot\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n", x0,
+        y0, x1 - x0, y1 - y0);
+    out += axis_text((x0 + x1) / 2, (y0 + y1) / 2, "middle", "no finite data to plot",
+                     " class=\"tick\"");
     return out + "</svg>\n";
   }
-  out += fmt::format("<rect class=\"plot\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n", x0, y0,
-                     x1 - x0, y1 - y0);
+  out += fmt::format(
+      "<rect class=\"plot\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n", x0,
+      y0, x1 - x0, y1 - y0);
   out += y_axis(s, ay, x0, x1);
   out += x_axis(s, ax, ay, y0, y1, y1 + 16);
   for (const auto& ser : s.series) out += draw_series(ser, ax, ay);
   for (size_t i = 0; i < s.strips.size(); ++i)
     out += draw_strip(s.strips[i], ax, y1 + 24 + static_cast<double>(i) * kStripRow, x0);
   out += axis_text((x0 + x1) / 2, H - 8, "middle", escape(s.x_label), " class=\"axis-title\"");
-  out += fmt::format("<text class=\"axis-title\" transform=\"translate(16 {:.1f}) rotate(-90)\" "
-                     "text-anchor=\"middle\">{}</text>\n",
-                     (y0 + y1) / 2, escape(s.y_label) + (s.log2_y ? " (log2 axis)" : ""));
+  out += fmt::format(
+      "<text class=\"axis-title\" transform=\"translate(16 {:.1f}) rotate(-90)\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      (y0 + y1) / 2, escape(s.y_label) + (s.log2_y ? " (log2 axis)" : ""));
   return out + "</svg>\n";
 }
 
@@ -245,7 +270,10 @@ std::vector<double> smooth_ema(const std::vector<double>& y, double window) {
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) return {0, 1};
   if (hi < lo) std::swap(lo, hi);
-  if (hi == lo) { lo -= 1; hi += 1; }
+  if (hi == lo) {
+    lo -= 1;
+    hi += 1;
+  }
   const double raw = (hi - lo) / std::max(target - 1, 1);
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;

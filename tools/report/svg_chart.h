@@ -2,7 +2,8 @@
 // series (optionally with dots), a linear or log2 y axis, and strips of tick marks under the plot
 // (e.g. skipped or overflow steps). Pure: data in, an <svg> string out; no scripts, no external
 // references. Non-finite points, |value| > 1e150, and y <= 0 on a log2 axis are left out; the
-// line joins their neighbours. Downsampling and smoothing are separate helpers; render_chart draws what it gets.
+// line joins their neighbours. Downsampling and smoothing are separate helpers; render_chart draws
+// what it gets.
 #pragma once
 
 #include <optional>
@@ -31,7 +32,7 @@ struct MarkStrip {
 struct ChartSpec {
   std::string title, x_label, y_label;
   bool log2_y = false;
-  bool integer_x = false;                              // x ticks at whole numbers only (epochs, steps)
+  bool integer_x = false;  // x ticks at whole numbers only (epochs, steps)
   std::optional<std::pair<double, double>> y_range{};  // fixed y range; values outside are clamped
   std::optional<std::pair<double, double>> x_range{};
   int width = 1160, height = 340;
