@@ -21,6 +21,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin            # data parallel: mpirun -np N mixprec train
   clang libclang-rt-dev libomp-dev      # scripts/fuzz.sh: clang, libFuzzer + sanitizer runtimes, OpenMP
   clang-format                          # tests: repo.clang_format checks the house format
+  jq                                    # tests: cli recipe_test compares train's and bench's JSON reports
   chromium                              # tests: the HTML run report rendered in a real browser
   python3-dev pybind11-dev              # the mixprec Python module (python/)
   python3-numpy python3-pytest python3-venv  # its tests, and the venv that adds safetensors to them
