@@ -38,6 +38,7 @@
 #include "mixprec/rng.h"
 #include "mixprec/version.h"
 #include "output_file.h"
+#include "report/run_writer.h"
 #include "train_common.h"
 #include "zoo_recipe.h"
 
@@ -426,21 +427,7 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
       j["efficiency"] = floor_ms / median;
       j["skipped_steps"] = r.step->skipped_steps();
       if (r.pipelined_ms > 0) j["step_ms_pipelined"] = r.pipelined_ms;  // device steps only
-      if (r.mode == Mode::graph) {
-        const amp::GraphModeInfo& g = r.step->graph_mode_info();
-        j["graph"] = {{"replays", g.replays},
-                      {"captures", g.captures},
-                      {"eager_steps", g.eager_steps},
-                      {"fallback", g.fallback},
-                      {"kernels", g.plan.kernels},
-                      {"fused", g.plan.fused},
-                      {"casts_elided", g.plan.casts_elided},
-                      {"arena_bytes", g.plan.arena_bytes},
-                      {"planned_buffers", g.plan.planned_buffers},
-                      {"unplanned_bytes", g.plan.unplanned_bytes},
-                      {"held_bytes", g.plan.held_bytes},
-                      {"eager_peak_bytes", g.plan.eager_peak_bytes}};
-      }
+      if (r.mode == Mode::graph) j["graph"] = report::graph_mode_json(r.step->graph_mode_info());
     };
     j["model"] = a.model;
     j["recipe"] = recipe;

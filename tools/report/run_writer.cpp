@@ -78,22 +78,32 @@ json precision_json(const std::vector<amp::PrecisionRow>& rows) {
   return table;
 }
 
+}  // namespace
+
+json graph_mode_json(const amp::GraphModeInfo& g) {
+  return {{"replays", g.replays},
+          {"captures", g.captures},
+          {"eager_steps", g.eager_steps},
+          {"fallback", g.fallback},
+          {"kernels", g.plan.kernels},
+          {"fused", g.plan.fused},
+          {"casts_elided", g.plan.casts_elided},
+          {"arena_bytes", g.plan.arena_bytes},
+          {"planned_buffers", g.plan.planned_buffers},
+          {"unplanned_bytes", g.plan.unplanned_bytes},
+          {"held_bytes", g.plan.held_bytes},
+          {"eager_peak_bytes", g.plan.eager_peak_bytes}};
+}
+
+namespace {
+
 // The run's progress and results: steps, skips, losses, test metrics, loss scale.
 void add_results(json& j, const TrainArgs& a, const RunResult& r) {
   const cli::History& h = r.history;
   j["epochs"] = a.epochs;
   j["mode"] = a.mode;
   const amp::GraphModeInfo& g = r.step.graph_mode_info();
-  if (parse_mode(a.mode) == Mode::graph)
-    j["graph_mode"] = {{"captures", g.captures},
-                       {"replays", g.replays},
-                       {"eager_steps", g.eager_steps},
-                       {"fallback", g.fallback},
-                       {"kernels", g.plan.kernels},
-                       {"fused", g.plan.fused},
-                       {"casts_elided", g.plan.casts_elided},
-                       {"arena_bytes", g.plan.arena_bytes},
-                       {"eager_peak_bytes", g.plan.eager_peak_bytes}};
+  if (parse_mode(a.mode) == Mode::graph) j["graph_mode"] = graph_mode_json(g);
   j["steps"] = h.total_steps;
   j["steps_this_run"] = h.steps_this_run;
   j["resumed_at_step"] = r.resumed_at >= 0 ? json(r.resumed_at) : json(nullptr);

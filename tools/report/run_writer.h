@@ -11,6 +11,9 @@
 
 namespace mixprec::report {
 
+// What GRAPH_MODE did (train's "graph_mode" and bench's "graph"): calls, the last plan's
+// statistics.
+nlohmann::json graph_mode_json(const amp::GraphModeInfo& g);
 nlohmann::json run_summary_json(const cli::TrainArgs& a, const cli::RunResult& r);
 // Writes run_summary_json to a.report (a file replaced atomically, or a stream) and says so.
 void write_run_summary(const cli::TrainArgs& a, const cli::RunResult& r);
