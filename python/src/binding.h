@@ -64,4 +64,21 @@ std::vector<Tensor> tensor_list_arg(py::handle v, const char* what);
 // The channel layout keyword MindSpore's layers take; only NCHW exists.
 void check_data_format(const std::string& data_format, const char* what);
 
+// ---- shape arguments and the shape ops of a custom layer (shape_ops.cpp). A wrong argument is a
+// TypeError (not an int, not a sequence) or a ValueError (out of range, sizes that do not add up)
+// naming `what` and the argument, raised before any C++ runs.
+int64_t int_arg(py::handle v, const char* what, const char* name);  // an int or numpy integer
+int64_t dim_arg(py::handle axis, int64_t ndim, const char* what, const char* name);  // wrapped
+std::vector<int64_t> permutation_arg(py::handle axes, const Tensor& x, const char* what);
+std::vector<int64_t> permutation_args(const py::args& args, const Tensor& x, const char* what);
+Tensor permute(const Tensor& x, py::handle axes, const char* what);
+py::tuple split(const Tensor& x, py::handle split_size_or_sections, py::handle axis);
+py::tuple chunk(const Tensor& x, py::handle chunks, py::handle axis);
+py::tuple unbind(const Tensor& x, py::handle dim);
+Tensor narrow(const Tensor& x, py::handle axis, py::handle start, py::handle length);
+Tensor stack(py::handle tensors, py::handle axis);
+
+// ops.scaled_dot_product_attention and the kernel profile (attention.cpp).
+void bind_attention(Modules& m);
+
 }  // namespace mixprec::python

@@ -133,6 +133,7 @@ PYBIND11_MODULE(mixprec, root) {
 
   bind_tensor(m);
   bind_ops(m);
+  bind_attention(m);
   bind_nn(m);
   bind_train(m);
   bind_data(m);

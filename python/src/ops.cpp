@@ -51,6 +51,7 @@ void bind_elementwise(py::module_& o) {
   o.def("rsqrt", &ops::rsqrt, "input"_a, ReleaseGil());
   o.def("abs", &ops::abs, "input"_a, ReleaseGil());
   o.def("clamp", &ops::clamp, "input"_a, "min"_a = py::none(), "max"_a = py::none(), ReleaseGil());
+  o.def("clip", &ops::clamp, "input"_a, "min"_a = py::none(), "max"_a = py::none(), ReleaseGil());
   o.def("where", &ops::where, "condition"_a, "input"_a, "other"_a, ReleaseGil());
   o.def("masked_fill", &ops::masked_fill, "input_x"_a, "mask"_a, "value"_a, ReleaseGil());
   o.def("relu", &ops::relu, "input"_a, ReleaseGil());
@@ -62,7 +63,12 @@ void bind_elementwise(py::module_& o) {
   o.def("tanh", &ops::tanh, "input"_a, ReleaseGil());
   o.def("silu", &ops::silu, "input"_a, ReleaseGil());
   o.def("hardswish", &ops::hardswish, "input"_a, ReleaseGil());
-  o.def("softmax", &ops::softmax, "input"_a, "axis"_a = -1, ReleaseGil());
+  o.def(
+      "softmax",
+      [](T x, int64_t axis, std::optional<DType> dtype) {
+        return ops::softmax(dtype ? ops::cast(x, *dtype) : x, axis);
+      },
+      "input"_a, "axis"_a = -1, py::kw_only(), "dtype"_a = py::none(), ReleaseGil());
   o.def("log_softmax", &ops::log_softmax, "logits"_a, "axis"_a = -1, ReleaseGil());
   o.def("cast", &ops::cast, "input"_a, "dtype"_a, ReleaseGil());
   o.def("stop_gradient", &Tensor::detach, "input"_a);
@@ -71,6 +77,19 @@ void bind_elementwise(py::module_& o) {
 void bind_nn_ops(py::module_& o) {
   using T = const Tensor&;
   o.def("matmul", &ops::matmul, "input"_a, "other"_a, ReleaseGil());
+  o.def(
+      "bmm",
+      [](T a, T b) {
+        if (a.dim() < 3 || b.dim() < 3)
+          throw py::value_error(
+              "bmm: expected tensors of at least 3 dims [*B, N, C] and [*B, C, "
+              "M], got " +
+              std::to_string(a.dim()) + "-D and " + std::to_string(b.dim()) +
+              "-D (ops.matmul takes any dims)");
+        py::gil_scoped_release release;
+        return ops::matmul(a, b);
+      },
+      "input_x"_a, "mat2"_a);
   o.def(
       "dense",
       [](T x, T w, std::optional<Tensor> b) { return ops::linear(x, w, b.value_or(Tensor())); },
@@ -125,10 +144,16 @@ void bind_nn_ops(py::module_& o) {
       "momentum"_a = 0.1, "eps"_a = 1e-5, ReleaseGil());
   o.def(
       "layer_norm",
-      [](T x, const Shape& normalized_shape, T weight, T bias, double eps) {
-        return ops::layer_norm(x, weight, bias, static_cast<int64_t>(normalized_shape.size()), eps);
+      [](T x, const Shape& normalized_shape, std::optional<Tensor> weight,
+         std::optional<Tensor> bias, double eps) {
+        // MindSpore's defaults: no weight is ones, no bias zeros (constants, not parameters).
+        const TensorOptions o{.dtype = DType::f32, .device = x.device()};
+        return ops::layer_norm(x, weight ? *weight : ones(normalized_shape, o),
+                               bias ? *bias : zeros(normalized_shape, o),
+                               static_cast<int64_t>(normalized_shape.size()), eps);
       },
-      "input"_a, "normalized_shape"_a, "weight"_a, "bias"_a, "eps"_a = 1e-5, ReleaseGil());
+      "input"_a, "normalized_shape"_a, "weight"_a = py::none(), "bias"_a = py::none(),
+      "eps"_a = 1e-5, ReleaseGil());
   o.def(
       "dropout",
       [](T x, double p, bool training) {
@@ -180,10 +205,32 @@ void bind_shape_ops(py::module_& o) {
       "input"_a, "dim"_a = py::none(), "keepdim"_a = false);
   o.def("reshape", &ops::reshape, "input"_a, "shape"_a, ReleaseGil());
   o.def("flatten", &ops::flatten, "input"_a, "start_dim"_a = 1, "end_dim"_a = -1, ReleaseGil());
-  o.def("permute", &ops::permute, "input"_a, "axis"_a, ReleaseGil());
-  o.def("transpose", &ops::permute, "input"_a, "input_perm"_a,
-        ReleaseGil());  // MindSpore: a permutation
-  o.def("swapaxes", &ops::transpose, "input"_a, "axis0"_a, "axis1"_a, ReleaseGil());
+  // Permutations and axes are checked here (ValueError / TypeError, shape_ops.cpp).
+  o.def(
+      "permute", [](T x, py::object axis) { return permute(x, axis, "permute"); }, "input"_a,
+      "axis"_a);
+  o.def(
+      "transpose", [](T x, py::object perm) { return permute(x, perm, "transpose"); }, "input"_a,
+      "input_perm"_a);  // MindSpore: a permutation
+  const auto swap = [](const char* what) {
+    return [what](T x, py::object a0, py::object a1) {
+      const int64_t d0 = dim_arg(a0, x.dim(), what, "axis0"),
+                    d1 = dim_arg(a1, x.dim(), what, "axis1");
+      py::gil_scoped_release release;
+      return ops::transpose(x, d0, d1);
+    };
+  };
+  o.def("swapaxes", swap("swapaxes"), "input"_a, "axis0"_a, "axis1"_a);
+  o.def("swapdims", swap("swapdims"), "input"_a, "dim0"_a, "dim1"_a);
+  o.def("split", &split, "tensor"_a, "split_size_or_sections"_a, "axis"_a = 0,
+        "MindSpore's ops.split: an int gives pieces of that size (the last may be smaller), a "
+        "tuple / list the sizes of each piece (they must add up to the axis). A tuple of views.");
+  o.def("chunk", &chunk, "input"_a, "chunks"_a, "axis"_a = 0,
+        "MindSpore's ops.chunk: pieces of ceil(n / chunks) along axis, so possibly fewer than "
+        "chunks. A tuple of views.");
+  o.def("unbind", &unbind, "input"_a, "dim"_a = 0);
+  o.def("narrow", &narrow, "input"_a, "axis"_a, "start"_a, "length"_a);
+  o.def("stack", &stack, "tensors"_a, "axis"_a = 0);
   o.def("concat", &ops::concat, "tensors"_a, "axis"_a = 0, ReleaseGil());
   o.def("cat", &ops::concat, "tensors"_a, "axis"_a = 0, ReleaseGil());
   o.def("squeeze", &ops::squeeze, "input"_a, "axis"_a = py::none(), ReleaseGil());

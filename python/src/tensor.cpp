@@ -87,6 +87,13 @@ Shape shape_args(const py::args& args) {
   return args.cast<Shape>();
 }
 
+// (ndim - 1, ..., 1, 0): transpose() and .T.
+std::vector<int64_t> reversed_dims(const Tensor& x) {
+  std::vector<int64_t> p;
+  for (int64_t i = x.dim() - 1; i >= 0; --i) p.push_back(i);
+  return p;
+}
+
 // t[i], t[a:b:s], t[i, a:b, ...]: ints select (and drop the dim), slices view. No fancy indexing.
 Tensor getitem(const Tensor& t, const py::object& key) {
   const py::tuple keys =
@@ -195,17 +202,98 @@ void bind_tensor_math(py::class_<Tensor>& c) {
       "axis"_a = py::none(), "keepdims"_a = false);
   c.def("reshape", [](const Tensor& x, py::args shape) { return x.reshape(shape_args(shape)); });
   c.def("view", [](const Tensor& x, py::args shape) { return x.view(shape_args(shape)); });
+  // transpose() reverses the dims; transpose(*perm) and permute(*axis) take a permutation, as
+  // separate ints or one tuple / list (checked: ValueError / TypeError, shape_ops.cpp).
   c.def("transpose", [](const Tensor& x, py::args perm) {
-    return perm.size() == 0 ? ops::permute(x,
-                                           [&] {
-                                             std::vector<int64_t> p;
-                                             for (int64_t i = x.dim() - 1; i >= 0; --i)
-                                               p.push_back(i);
-                                             return p;
-                                           }())
-                            : ops::permute(x, shape_args(perm));
+    const std::vector<int64_t> p =
+        perm.size() == 0 ? reversed_dims(x) : permutation_args(perm, x, "Tensor.transpose");
+    py::gil_scoped_release release;
+    return ops::permute(x, p);
   });
-  c.def("swapaxes", &Tensor::transpose, "axis0"_a, "axis1"_a);
+  c.def("permute", [](const Tensor& x, py::args axis) {
+    const std::vector<int64_t> p = permutation_args(axis, x, "Tensor.permute");
+    py::gil_scoped_release release;
+    return ops::permute(x, p);
+  });
+  c.def_property_readonly("T", [](const Tensor& x) { return ops::permute(x, reversed_dims(x)); });
+  const auto swap = [](const char* what, const char* n0, const char* n1) {
+    return [what, n0, n1](const Tensor& x, py::object a0, py::object a1) {
+      const int64_t d0 = dim_arg(a0, x.dim(), what, n0), d1 = dim_arg(a1, x.dim(), what, n1);
+      py::gil_scoped_release release;
+      return ops::transpose(x, d0, d1);
+    };
+  };
+  c.def("swapaxes", swap("Tensor.swapaxes", "axis0", "axis1"), "axis0"_a, "axis1"_a);
+  c.def("swapdims", swap("Tensor.swapdims", "dim0", "dim1"), "dim0"_a, "dim1"_a);
+  c.def(
+      "split",
+      [](const Tensor& x, py::object sizes, py::object axis) { return split(x, sizes, axis); },
+      "split_size_or_sections"_a, "axis"_a = 0);
+  c.def(
+      "chunk", [](const Tensor& x, py::object n, py::object axis) { return chunk(x, n, axis); },
+      "chunks"_a, "axis"_a = 0);
+  c.def(
+      "unbind", [](const Tensor& x, py::object dim) { return unbind(x, dim); }, "dim"_a = 0);
+  c.def(
+      "narrow",
+      [](const Tensor& x, py::object axis, py::object start, py::object length) {
+        return narrow(x, axis, start, length);
+      },
+      "axis"_a, "start"_a, "length"_a);
+  c.def(
+      "unsqueeze",
+      [](const Tensor& x, py::object dim) {
+        const int64_t d = dim_arg(dim, x.dim() + 1, "Tensor.unsqueeze", "dim");
+        py::gil_scoped_release release;
+        return ops::unsqueeze(x, d);
+      },
+      "dim"_a);
+  c.def(
+      "broadcast_to",
+      [](const Tensor& x, const Shape& shape) { return ops::broadcast_to(x, shape); }, "shape"_a,
+      ReleaseGil());
+  c.def(
+      "expand_as", [](const Tensor& x, const Tensor& o) { return ops::broadcast_to(x, o.shape()); },
+      "other"_a, ReleaseGil());
+  c.def(
+      "matmul", [](const Tensor& a, const Tensor& b) { return ops::matmul(a, b); }, "tensor2"_a,
+      ReleaseGil());
+  c.def(
+      "softmax",
+      [](const Tensor& x, int64_t axis, std::optional<DType> dtype) {
+        return ops::softmax(dtype ? ops::cast(x, *dtype) : x, axis);
+      },
+      "axis"_a, "dtype"_a = py::none(), ReleaseGil());
+  // Elementwise methods: the ops of the same names.
+  using Unary = Tensor (*)(const Tensor&);
+  const std::pair<const char*, Unary> unary[] = {
+      {"exp", &ops::exp}, {"log", &ops::log}, {"sqrt", &ops::sqrt},       {"rsqrt", &ops::rsqrt},
+      {"abs", &ops::abs}, {"neg", &ops::neg}, {"sigmoid", &ops::sigmoid}, {"tanh", &ops::tanh}};
+  for (auto [name, fn] : unary) c.def(name, fn, ReleaseGil());
+  for (const char* name : {"clamp", "clip"})
+    c.def(name, &ops::clamp, "min"_a = py::none(), "max"_a = py::none(), ReleaseGil());
+  c.def("masked_fill", &ops::masked_fill, "mask"_a, "value"_a, ReleaseGil());
+  def_binary(
+      c, "add", [](T a, T b) { return ops::add(a, b); },
+      [](T a, double b) { return ops::add(a, b); });
+  def_binary(
+      c, "sub", [](T a, T b) { return ops::sub(a, b); }, [](T a, double b) { return a - b; });
+  def_binary(
+      c, "mul", [](T a, T b) { return ops::mul(a, b); },
+      [](T a, double b) { return ops::mul(a, b); });
+  def_binary(
+      c, "div", [](T a, T b) { return ops::div(a, b); }, [](T a, double b) { return a / b; });
+  def_binary(
+      c, "pow", [](T a, T b) { return ops::pow(a, b); },
+      [](T a, double b) { return ops::pow(a, b); });
+  c.def(
+      "maximum", [](T a, T b) { return ops::maximum(a, b); }, "other"_a, ReleaseGil());
+  c.def(
+      "minimum", [](T a, T b) { return ops::minimum(a, b); }, "other"_a, ReleaseGil());
+  c.def(
+      "float", [](T x) { return x.astype(DType::f32); }, ReleaseGil());
+  c.def(
+      "half", [](T x) { return x.astype(DType::f16); }, ReleaseGil());
   c.def(
       "flatten",
       [](const Tensor& x, int64_t start_dim, int64_t end_dim) {
