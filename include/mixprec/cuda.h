@@ -28,6 +28,15 @@ void synchronize(Device device = Device::cuda());
 void set_allow_tf32(bool on);
 bool allow_tf32();
 
+// Deterministic algorithms only: cuDNN's convolutions then use only algorithms cuDNN reports as
+// deterministic, and a convolution for which it offers none is an error naming it (the choice is
+// cached per setting). Off unless asked for, here or by MIXPREC_DETERMINISTIC=1 (set_deterministic
+// overrides the variable). The rest of the backend is deterministic either way: our kernels use
+// no atomics, cuBLASLt's results are bitwise reproducible on one GPU model and toolkit
+// (docs/cuda.md, "Determinism"). Without the backend: no effect, deterministic() is false.
+void set_deterministic(bool on);
+bool deterministic();
+
 // Pinned host staging for uploads (data batches): upload() copies a CPU tensor into one of two
 // pinned buffers, queues the host-to-device copy on a copy stream and makes the device's compute
 // stream wait for it, so the copy of batch k+1 overlaps the step of batch k and the host never

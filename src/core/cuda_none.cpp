@@ -23,6 +23,8 @@ std::string describe(Device device) { not_built(device); }
 void synchronize(Device device) { not_built(device); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
+void set_deterministic(bool) {}
+bool deterministic() { return false; }
 struct Staging::State {};
 Staging::Staging(Device device) { not_built(device); }
 Staging::~Staging() = default;

@@ -16,6 +16,7 @@
 #include "mixprec/convert.h"
 #include "mixprec/cuda.h"
 #include "mixprec/cuda_readback.h"
+#include "mixprec/env.h"
 #include "mixprec/error.h"
 #include "strided_copy.h"
 #include "tensor_raw.h"
@@ -157,10 +158,17 @@ namespace cuda {
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
-}
+std::atomic<int> g_deterministic{-1};  // -1: not set: MIXPREC_DETERMINISTIC decides
+}  // namespace
 bool is_built() { return true; }
 void set_allow_tf32(bool on) { g_allow_tf32 = on; }
 bool allow_tf32() { return g_allow_tf32; }
+void set_deterministic(bool on) { g_deterministic = on ? 1 : 0; }
+bool deterministic() {
+  if (const int v = g_deterministic; v >= 0) return v == 1;
+  static const bool from_env = env::get("MIXPREC_DETERMINISTIC") == "1";  // checked: 0 or 1
+  return from_env;
+}
 int device_count() { return cuda_detail::discovery().count; }
 
 void check_device(Device device) {

@@ -35,6 +35,7 @@ constexpr Switch kSwitches[] = {
     {"MIXPREC_PROFILE", kOnOff, 0, 0, "0"},
     {"MIXPREC_KERNEL_CHOICE", kKernelChoice, 0, 0, "measure"},
     {"MIXPREC_WARN_UNDONE_CAST", kOnOff, 0, 0, "1"},
+    {"MIXPREC_DETERMINISTIC", kOnOff, 0, 0, "0"},
 };
 
 const Switch& find(std::string_view name) {

@@ -143,6 +143,58 @@ TEST(CudaConv, F32IsNotRoundedToTf32UnlessAsked) {
                         gemm_tolerance(DType::f16, g.cin_g() * g.kh * g.kw, max_abs(fc.y))));
 }
 
+// With determinism asked for, only algorithms cuDNN reports as deterministic run (the rule:
+// tests/ops/cuda_conv_algo_test.cpp): three runs of each direction give the same bits, within the
+// reference's tolerance. A problem large enough (N*OH*OW = 6272 per dw element) for a split
+// reduction with atomics to be among cuDNN's choices otherwise.
+TEST(CudaConv, DeterministicAlgorithmsGiveTheSameBitsEveryRun) {
+  struct Restore {
+    ~Restore() { cuda::set_deterministic(false); }
+  } restore;
+  cuda::set_deterministic(true);
+  ASSERT_TRUE(cuda::deterministic());
+  const Conv2dOptions o{.pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}};
+  const ops::ConvGeometry g = ops::conv_geometry({8, 32, 28, 28}, {32, 32, 3, 3}, o);
+  const Tensor x = random({8, 32, 28, 28}, 48, DType::f64, -1, 1);
+  const Tensor w = random({32, 32, 3, 3}, 49, DType::f64, -1, 1);
+  const Tensor dy = random(g.out_shape(), 50, DType::f64, -1, 1);
+  for (DType d : {DType::f32, DType::f16}) {
+    const ImageLayout l = ImageLayout::nhwc;
+    auto bwd_w = [&](Device dev) {
+      const TensorOptions opt{.dtype = acc_dtype(d), .device = dev};
+      return ops::ConvBwdWeightsProblem{image_on(x, l, d, dev), image_on(dy, l, d, dev),
+                                        zeros({g.cout, g.cin_g(), g.kh, g.kw}, opt), Tensor(), g};
+    };
+    auto bwd_data = [&](Device dev) {
+      return ops::ConvBwdDataProblem{image_on(dy, l, d, dev), w.astype(d).to(dev),
+                                     empty_on({8, 32, 28, 28}, d, l, dev), g};
+    };
+    ops::ConvBwdWeightsProblem wc = bwd_w(Device::cpu());
+    ops::ConvBwdDataProblem dc = bwd_data(Device::cpu());
+    run_ref(wc);
+    run_ref(dc);
+    Tensor first_dw, first_dx;
+    for (int run = 0; run < 3; ++run) {
+      ops::ConvBwdWeightsProblem wg = bwd_w(kGpu);
+      ops::ConvBwdDataProblem dg = bwd_data(kGpu);
+      run_cuda(wg);
+      run_cuda(dg);
+      const Tensor dw = wg.dw.to(Device::cpu()), dx = dg.dx.to(Device::cpu());
+      if (run == 0) {
+        const int64_t kw = g.n * g.oh * g.ow, kd = g.cout_g() * g.kh * g.kw;
+        EXPECT_TRUE(all_close(dw, wc.dw, gemm_tolerance(acc_dtype(d), kw, max_abs(wc.dw))))
+            << dtype_name(d);
+        EXPECT_TRUE(all_close(dx, dc.dx, gemm_tolerance(d, kd, max_abs(dc.dx)))) << dtype_name(d);
+        first_dw = dw;
+        first_dx = dx;
+      } else {
+        EXPECT_TRUE(all_close(dw, first_dw, {0.0, 0.0})) << dtype_name(d) << " run " << run;
+        EXPECT_TRUE(all_close(dx, first_dx, {0.0, 0.0})) << dtype_name(d) << " run " << run;
+      }
+    }
+  }
+}
+
 TEST(CudaConv, AnOperandAtAnUnalignedAddressMatchesTheReference) {
   // x: images 1..2 of a [4, 3, 5, 7] tensor, 105 elements (420 bytes) past its start.
   const Conv2dOptions o{.pad_mode = PadMode::pad, .padding = {1, 1, 1, 1}};
@@ -294,7 +346,7 @@ void check_pool(const ops::PoolGeometry& g, const Tensor& x, DType d, ImageLayou
   EXPECT_TRUE(gpu_close(fg.y, fc.y, d)) << "forward " << what;
   auto bwd = [&](Device dev) {
     return ops::PoolBwdProblem{image_on(dy, l, d, dev), image_on(x, l, d, dev), Tensor(),
-                               empty_on(g.in_shape(), d, l, dev), g};
+                               empty_on({8, 32, 28, 28}, d, l, dev), g};
   };
   ops::PoolBwdProblem bc = bwd(Device::cpu()), bg = bwd(kGpu);
   run_ref(bc);

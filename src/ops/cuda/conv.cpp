@@ -2,8 +2,9 @@
 // backward-weights). cuDNN works in one layout per call: NHWC for f16/bf16 (tensor cores, f32
 // accumulation), the problem's own layout for f32 (TF32 only after cuda::set_allow_tf32(true)),
 // NCHW for f64; operands in another layout are copied into it, results copied back. The
-// algorithm is chosen once per direction, shape, dtype, layout and math mode, and cached;
-// workspaces come from the device's caching allocator. Bias and ReLU: see conv_fwd.
+// algorithm is chosen once per direction, shape, dtype, layout, math mode and determinism, and
+// cached (the rule: conv_algo.h; with cuda::deterministic() only algorithms cuDNN reports as
+// deterministic); workspaces come from the device's caching allocator. Bias and ReLU: conv_fwd.
 #include <cudnn.h>
 
 #include <climits>
@@ -16,6 +17,7 @@
 #include "core/cuda_stream.h"
 #include "mixprec/cuda.h"
 #include "ops/conv_problem.h"
+#include "ops/cuda/conv_algo.h"
 #include "ops/cuda/kernels.h"
 #include "ops/layout.h"
 
@@ -87,6 +89,7 @@ struct Descs {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnMathType_t wanted = CUDNN_DEFAULT_MATH;
   bool exact_f32 = false;  // f32 without TF32: only FMA algorithms
+  bool deterministic = mixprec::cuda::deterministic();
   std::string key;
 
   Descs(const ConvGeometry& g, DType dt, ImageLayout l, Dir dir, bool low_widened) {
@@ -118,6 +121,7 @@ struct Descs {
                       g.kw,         g.oh,        g.ow,       g.groups,        g.stride_h,
                       g.stride_w,   g.dil_h,     g.dil_w,    g.pad_t,         g.pad_l})
       key += std::to_string(v) + ',';
+    key += deterministic ? "deterministic" : "any";
   }
   ~Descs() {
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
@@ -128,18 +132,32 @@ struct Descs {
   Descs(const Descs&) = delete;
   Descs& operator=(const Descs&) = delete;
 
-  // The first of cuDNN's heuristic ranking that succeeds, fits kMaxWorkspace, never converts
-  // operands down (TENSOR_OP_MATH_ALLOW_CONVERSION may run f32 or bf16 data as f16) and, for
-  // exact f32, uses no tensor cores.
-  template <class Perf> std::optional<Choice> pick(const std::vector<Perf>& perfs, int n) const {
+  // cuDNN's ranking (the first n perf results) through pick_algorithm's rules (conv_algo.h):
+  // the first that succeeds, fits kMaxWorkspace, never converts operands down
+  // (TENSOR_OP_MATH_ALLOW_CONVERSION may run f32 or bf16 data as f16), for exact f32 uses no
+  // tensor cores and, with determinism asked for, is one cuDNN reports as deterministic.
+  template <class Perf>
+  AlgoPick pick(const std::vector<Perf>& perfs, int n, std::optional<Choice>& out) const {
+    std::vector<AlgoCandidate> ranked;
     for (int k = 0; k < n; ++k) {
       const Perf& pf = perfs[static_cast<size_t>(k)];
-      if (pf.status != CUDNN_STATUS_SUCCESS || pf.memory > kMaxWorkspace) continue;
-      if (pf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      if (exact_f32 && pf.mathType == CUDNN_TENSOR_OP_MATH) continue;
-      return Choice{static_cast<int>(pf.algo), exact_f32 ? CUDNN_FMA_MATH : pf.mathType, pf.memory};
+      ranked.push_back({.algo = static_cast<int>(pf.algo),
+                        .ok = pf.status == CUDNN_STATUS_SUCCESS,
+                        .workspace = pf.memory,
+                        .math = pf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                    ? AlgoMath::tensor_op_converting
+                                : pf.mathType == CUDNN_TENSOR_OP_MATH ? AlgoMath::tensor_op
+                                                                      : AlgoMath::fma,
+                        .deterministic = pf.determinism == CUDNN_DETERMINISTIC});
     }
-    return std::nullopt;
+    const AlgoPick p = pick_algorithm(
+        ranked,
+        {.max_workspace = kMaxWorkspace, .exact_f32 = exact_f32, .deterministic = deterministic});
+    if (p.index >= 0) {
+      const Perf& pf = perfs[static_cast<size_t>(p.index)];
+      out = Choice{static_cast<int>(pf.algo), exact_f32 ? CUDNN_FMA_MATH : pf.mathType, pf.memory};
+    }
+    return p;
   }
 };
 
@@ -148,25 +166,36 @@ Choice choose(PerDevice& pd, Descs& d, Dir dir, const std::string& what) {
   std::lock_guard<std::mutex> lock(pd.mu);
   if (auto it = pd.choices.find(d.key); it != pd.choices.end()) return it->second;
   std::optional<Choice> c;
+  AlgoPick pick;
   int n = 0;
   if (dir == Dir::fwd) {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
         pd.handle, d.x, d.w, d.conv, d.y, static_cast<int>(perfs.size()), &n, perfs.data()));
-    c = d.pick(perfs, n);
+    pick = d.pick(perfs, n, c);
   } else if (dir == Dir::bwd_data) {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
         pd.handle, d.w, d.y, d.conv, d.x, static_cast<int>(perfs.size()), &n, perfs.data()));
-    c = d.pick(perfs, n);
+    pick = d.pick(perfs, n, c);
   } else {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     DNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         pd.handle, d.x, d.y, d.conv, d.w, static_cast<int>(perfs.size()), &n, perfs.data()));
-    c = d.pick(perfs, n);
+    pick = d.pick(perfs, n, c);
   }
-  MIXPREC_CHECK(c.has_value(), "cuda conv2d: cuDNN offers no algorithm for ", what, " within ",
-                kMaxWorkspace >> 20, " MiB of workspace");
+  static const char* const kDir[] = {"forward", "backward-data", "backward-weights"};
+  MIXPREC_CHECK(
+      !d.deterministic || c.has_value() || pick.nondeterministic == 0,
+      "cuda conv2d: determinism is asked for (cuda::set_deterministic or "
+      "MIXPREC_DETERMINISTIC=1), but cuDNN offers no deterministic ",
+      kDir[static_cast<int>(dir)], " algorithm for ", what, " (", pick.passed_over(), ")",
+      Hint{"allow non-deterministic algorithms (cuda::set_deterministic(false), or unset "
+           "MIXPREC_DETERMINISTIC), or train on the CPU (--device cpu), whose convolutions are "
+           "deterministic"});
+  MIXPREC_CHECK(c.has_value(), "cuda conv2d: cuDNN offers no usable ", kDir[static_cast<int>(dir)],
+                " algorithm for ", what, " (", pick.passed_over(), "; workspace limit ",
+                kMaxWorkspace >> 20, " MiB)");
   // The workspace the chosen algorithm needs under its math type (the ranking's figure is an
   // estimate): the larger of the two.
   DNN_CHECK(cudnnSetConvolutionMathType(d.conv, c->math));
