@@ -37,10 +37,16 @@ bool allow_tf32();
 void set_deterministic(bool on);
 bool deterministic();
 
-// Pinned host staging for uploads (data batches): upload() copies a CPU tensor into one of two
-// pinned buffers, queues the host-to-device copy on a copy stream and makes the device's compute
-// stream wait for it, so the copy of batch k+1 overlaps the step of batch k and the host never
-// waits for the GPU (only, before reusing a buffer, for the copy issued two uploads earlier).
+// Pinned host staging for uploads (data batches). Two slots, used in turn, each a pinned host
+// buffer and a device buffer: upload() packs a CPU tensor into the slot's pinned buffer, queues
+// its copy into the slot's device buffer on a copy stream, makes the compute stream wait for the
+// copy, and returns a tensor over that device buffer. The copy waits only for the kernels queued
+// before the slot's previous batch was dropped (its last tensor destroyed), not for all queued
+// work, so uploading batch k+1 while batch k is in use and batch k-1 is gone overlaps the step on
+// batch k. A batch still held when its slot comes round again makes the upload take a fresh
+// block, whose copy waits for all queued work (correct, not overlapped). The host waits only
+// before reusing a pinned buffer, for the copy issued two uploads earlier. The protocol:
+// src/core/cuda_runtime.cpp; never run on a GPU yet (docs/cuda.md).
 class Staging {
  public:
   explicit Staging(Device device = Device::cuda());

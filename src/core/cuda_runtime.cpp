@@ -1,8 +1,8 @@
 // The CUDA runtime of a -DMIXPREC_CUDA=ON build: device discovery and the clear errors when no
 // GPU can be used, one compute stream per device, the caching device allocator (size classes as
 // the CPU's; stream-ordered reuse, see core/cuda_stream.h), copies between devices, and pinned
-// staging. Host synchronisation happens only in copies to the host, synchronize(), and
-// empty_cache (before cudaFree).
+// staging. Host synchronisation happens only in copies to the host, synchronize(), empty_cache
+// (before cudaFree) and Staging::upload (before reusing a pinned buffer).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -235,21 +235,92 @@ void cuda_copy(const Tensor& src, const Tensor& dst) {
 }  // namespace detail
 
 // ------------------------------------------------------------------ pinned staging
+//
+// The protocol, each rule what makes the next one safe (never run on a GPU: docs/cuda.md):
+//  1. Two slots, used in turn; a slot is a pinned host buffer, a device buffer it owns and the
+//     event `copied`, recorded on the copy stream after the slot's last host-to-device copy.
+//  2. The host overwrites a slot's pinned buffer only after `copied` (the copy issued two
+//     uploads earlier, which read it) has completed. The copy itself is from pinned memory, so
+//     cudaMemcpyAsync returns at once and the copy runs on the copy stream.
+//  3. upload() returns a tensor over the slot's device buffer through a storage handle of its
+//     own, whose release hook (Release) runs when the last tensor viewing the batch dies: it
+//     records the buffer's `released` event on the compute stream. Every kernel that reads a
+//     device tensor is queued on that one stream (core/cuda_stream.h), and nothing can queue a
+//     kernel on the batch once its last tensor is gone, so `released` completes after the last
+//     kernel that can read the batch.
+//  4. The next copy into that device buffer waits on the copy stream for `released`, no more:
+//     it overlaps whatever the compute stream runs after the release, such as the step on the
+//     other slot's batch. That is the point of the staging.
+//  5. A device buffer still held (a tensor of its batch is alive), too small, or whose release
+//     could not record its event is not reused: the slot lets it go (it returns to the caching
+//     allocator when its tensors die) and takes a fresh block from the allocator. The allocator
+//     hands out blocks in compute-stream order (a block may be one that queued kernels still
+//     read), so the copy into a fresh block first waits for all work queued on the compute
+//     stream, as every upload did before.
+//  6. The compute stream waits for `copied` before anything queued after upload() returns, so
+//     every kernel sees the whole batch, and a buffer freed later is freed after its copy.
+//  7. Each reuse bumps the buffer's storage version: caches keyed on (storage id, version), the
+//     cast cache, never take one batch's values for another's.
+// Loop shape this overlaps (train::Model's): batch k+1 is uploaded while batch k is alive and
+// batch k-1 is dead (its release recorded after step k-1 was queued), so copy k+1 waits for
+// step k-1 only.
 
 namespace cuda {
+namespace {
+
+// A device buffer owned by a staging slot (and, while a batch in it is alive, by that batch).
+struct DeviceBuffer {
+  std::shared_ptr<Storage> storage;  // from the caching allocator
+  Device device;
+  cudaStream_t compute = nullptr;  // the device's compute stream (never destroyed)
+  cudaEvent_t released = nullptr;  // recorded on `compute` when the batch's last tensor died
+  std::atomic<bool> held{false};   // a tensor of the batch in it is alive
+  std::atomic<bool> broken{false};  // the release could not record `released`: never reuse
+
+  DeviceBuffer(Device d, cudaStream_t s, size_t bytes)
+      : storage(Storage::allocate(bytes, d)), device(d), compute(s) {
+    MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&released, cudaEventDisableTiming));
+  }
+  ~DeviceBuffer() {
+    if (released) (void)cudaEventDestroy(released);  // a pending record still completes
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// The release hook of a batch's storage handle (rule 3): runs once, when the last tensor on the
+// handle dies, on whatever thread drops it; never throws.
+struct Release {
+  std::shared_ptr<DeviceBuffer> buffer;
+  void operator()(Storage*) const noexcept {
+    int current = -1;
+    const bool got = cudaGetDevice(&current) == cudaSuccess;
+    const bool ok = cudaSetDevice(buffer->device.index) == cudaSuccess &&
+                    cudaEventRecord(buffer->released, buffer->compute) == cudaSuccess;
+    if (got && current != buffer->device.index) (void)cudaSetDevice(current);
+    if (!ok) {
+      (void)cudaGetLastError();  // not sticky: later calls start clean
+      buffer->broken.store(true, std::memory_order_release);
+    }
+    buffer->held.store(false, std::memory_order_release);  // after the record: rule 4 waits on it
+  }
+};
+
+}  // namespace
 
 struct Staging::State {
   Device device;
   cudaStream_t copy_stream = nullptr;
   struct Slot {
     void* pinned = nullptr;
-    size_t bytes = 0;
-    cudaEvent_t done = nullptr;  // the slot's last host-to-device copy finished
-    bool used = false;
+    size_t pinned_bytes = 0;
+    cudaEvent_t copied = nullptr;  // the slot's last host-to-device copy finished
+    bool copy_issued = false;
+    std::shared_ptr<DeviceBuffer> device;
   };
   std::array<Slot, 2> slots;
   int next = 0;
-  cudaEvent_t compute_ready = nullptr;
+  cudaEvent_t compute_ready = nullptr;  // rule 5: all queued compute, before a fresh block
 };
 
 Staging::Staging(Device device) : state_(std::make_unique<State>()) {
@@ -258,7 +329,7 @@ Staging::Staging(Device device) : state_(std::make_unique<State>()) {
   MIXPREC_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->copy_stream, cudaStreamNonBlocking));
   MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&state_->compute_ready, cudaEventDisableTiming));
   for (auto& slot : state_->slots)
-    MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    MIXPREC_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
 }
 
 Staging::~Staging() {
@@ -267,7 +338,8 @@ Staging::~Staging() {
   (void)cudaStreamSynchronize(state_->copy_stream);  // no copy may still read a pinned buffer
   for (auto& slot : state_->slots) {
     if (slot.pinned) (void)cudaFreeHost(slot.pinned);
-    (void)cudaEventDestroy(slot.done);
+    (void)cudaEventDestroy(slot.copied);
+    slot.device.reset();  // a batch still alive keeps its buffer (and its release hook) alive
   }
   (void)cudaEventDestroy(state_->compute_ready);
   (void)cudaStreamDestroy(state_->copy_stream);
@@ -278,32 +350,44 @@ Tensor Staging::upload(const Tensor& host) {
                 host.device().str());
   State& st = *state_;
   cudaStream_t compute = cuda_detail::activate(st.device);
+  const size_t bytes = host.nbytes();
+  if (bytes == 0) return Tensor::empty(host.shape(), {.dtype = host.dtype(), .device = st.device});
   State::Slot& slot = st.slots[static_cast<size_t>(st.next)];
   st.next ^= 1;
-  // The copy issued from this slot two uploads ago must be done before it is overwritten.
-  if (slot.used) MIXPREC_CUDA_CHECK(cudaEventSynchronize(slot.done));
-  const size_t bytes = host.nbytes();
-  if (slot.bytes < bytes) {
+  // Rule 2: the copy that last read this pinned buffer is done before it is overwritten.
+  if (slot.copy_issued) MIXPREC_CUDA_CHECK(cudaEventSynchronize(slot.copied));
+  if (slot.pinned_bytes < bytes) {
     if (slot.pinned) MIXPREC_CUDA_CHECK(cudaFreeHost(slot.pinned));
     slot.pinned = nullptr;
+    slot.pinned_bytes = 0;
     MIXPREC_CUDA_CHECK(cudaMallocHost(&slot.pinned, bytes));
-    slot.bytes = bytes;
+    slot.pinned_bytes = bytes;
   }
-  // Pack into the pinned buffer (a CPU tensor over borrowed memory is not needed: a packed
-  // copy, then one memcpy).
   const Tensor packed = host.is_contiguous() ? host : detail::raw_copy(host, host.dtype());
   std::memcpy(slot.pinned, packed.data_ptr(), bytes);
-  Tensor out = Tensor::empty(host.shape(), {.dtype = host.dtype(), .device = st.device});
-  // `out` may be a block freed by work still queued on the compute stream: the copy waits for it.
-  MIXPREC_CUDA_CHECK(cudaEventRecord(st.compute_ready, compute));
-  MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(st.copy_stream, st.compute_ready, 0));
-  MIXPREC_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), slot.pinned, bytes, cudaMemcpyHostToDevice,
-                                     st.copy_stream));
-  MIXPREC_CUDA_CHECK(cudaEventRecord(slot.done, st.copy_stream));
-  slot.used = true;
-  // Everything queued on the compute stream from now on sees the batch.
-  MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(compute, slot.done, 0));
-  return out;
+  // Rules 4 and 5: the slot's own buffer after its batch's release, else a fresh block after
+  // all queued compute.
+  DeviceBuffer* buf = slot.device.get();
+  if (buf && !buf->held.load(std::memory_order_acquire) &&
+      !buf->broken.load(std::memory_order_acquire) && buf->storage->nbytes() >= bytes) {
+    MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(st.copy_stream, buf->released, 0));
+    buf->storage->bump_version();  // rule 7
+  } else {
+    slot.device = std::make_shared<DeviceBuffer>(st.device, compute, bytes);
+    buf = slot.device.get();
+    MIXPREC_CUDA_CHECK(cudaEventRecord(st.compute_ready, compute));
+    MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(st.copy_stream, st.compute_ready, 0));
+  }
+  MIXPREC_CUDA_CHECK(cudaMemcpyAsync(buf->storage->data(), slot.pinned, bytes,
+                                     cudaMemcpyHostToDevice, st.copy_stream));
+  MIXPREC_CUDA_CHECK(cudaEventRecord(slot.copied, st.copy_stream));
+  slot.copy_issued = true;
+  MIXPREC_CUDA_CHECK(cudaStreamWaitEvent(compute, slot.copied, 0));  // rule 6
+  // Rule 3: the batch's own handle on the buffer's storage, with the release hook.
+  buf->held.store(true, std::memory_order_relaxed);
+  std::shared_ptr<Storage> handle(buf->storage.get(), Release{slot.device});
+  return Tensor::from_storage(std::move(handle), host.shape(), contiguous_strides(host.shape()), 0,
+                              host.dtype());
 }
 
 // ------------------------------------------------------------------ asynchronous readback

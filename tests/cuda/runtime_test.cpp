@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mixprec/allocator.h"
 #include "mixprec/cuda.h"
 #include "mixprec/cuda_readback.h"
 #include "mixprec/mixprec.h"
 #include "op_test_util.h"
+#include "ops/gemm_test_util.h"
 
 namespace mixprec {
 namespace {
@@ -68,6 +71,54 @@ TEST(CudaRuntime, StagingUploadsEqualTheHostBatches) {
     const Tensor h = testing::random({64, 28, 28}, 100 + k, DType::f32);
     const Tensor g = staging.upload(h);
     EXPECT_TRUE(testing::all_close(g.to(Device::cpu()), h, {0.0, 0.0})) << "batch " << k;
+  }
+}
+
+// A slot's device buffer is reused only once every tensor of its batch is gone (then with a new
+// storage version, for the cast cache); a batch still held keeps its values.
+TEST(CudaRuntime, StagingReusesABufferOnlyAfterItsBatchIsGone) {
+  cuda::Staging staging(kGpu);
+  std::vector<Tensor> h;
+  for (int k = 0; k < 4; ++k) h.push_back(testing::random({1000}, 110 + k, DType::f32));
+  const Tensor g0 = staging.upload(h[0]);  // slot 0
+  Tensor g1 = staging.upload(h[1]);        // slot 1
+  const Tensor g2 = staging.upload(h[2]);  // slot 0 again: g0 still held, a fresh buffer
+  EXPECT_NE(g2.data_ptr(), g0.data_ptr());
+  const void* p1 = g1.data_ptr();
+  const uint64_t id1 = g1.storage()->id(), version1 = g1.storage()->version();
+  g1 = Tensor();                           // batch 1 gone
+  const Tensor g3 = staging.upload(h[3]);  // slot 1: its buffer again
+  EXPECT_EQ(g3.data_ptr(), p1);
+  EXPECT_EQ(g3.storage()->id(), id1);
+  EXPECT_GT(g3.storage()->version(), version1);
+  const std::vector<std::pair<Tensor, size_t>> batches = {{g0, 0}, {g2, 2}, {g3, 3}};
+  for (const auto& [g, k] : batches)
+    EXPECT_TRUE(testing::all_close(g.to(Device::cpu()), h[k], {0.0, 0.0})) << "batch " << k;
+}
+
+// The overlap's hazard: batch k+2's copy reuses batch k's buffer while the GPU may still run the
+// kernels that read batch k (16 chained products, ~70 GFLOP, queued without waiting; the batch's
+// tensor dropped at once). Each result equals the same chain on the same batch uploaded and
+// synchronised alone, bit for bit (the same cuBLASLt algorithm on the same operands).
+TEST(CudaRuntime, StagingNeverOverwritesABatchAKernelStillReads) {
+  // w's entries have variance 1/1024: the chain keeps the values' scale.
+  const Tensor w = testing::random({1024, 1024}, 120, DType::f32, -0.054, 0.054).to(kGpu);
+  auto chain = [&](Tensor y) {
+    for (int i = 0; i < 16; ++i) y = ops::matmul(y, w);
+    return y;
+  };
+  std::vector<Tensor> h, staged;
+  for (int k = 0; k < 6; ++k) h.push_back(testing::random({2048, 1024}, 121 + k, DType::f32));
+  {
+    cuda::Staging staging(kGpu);
+    for (const Tensor& hk : h) staged.push_back(chain(staging.upload(hk)));
+  }
+  for (size_t k = 0; k < h.size(); ++k) {
+    const Tensor alone = chain(h[k].to(kGpu));
+    cuda::synchronize(kGpu);
+    const Tensor got = staged[k].to(Device::cpu());
+    EXPECT_TRUE(testing::all_close(got, alone.to(Device::cpu()), {0.0, 0.0})) << "batch " << k;
+    EXPECT_GT(testing::max_abs(got), 1e-3) << "batch " << k << ": the chain lost the values";
   }
 }
 
