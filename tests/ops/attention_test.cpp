@@ -1,11 +1,15 @@
 // scaled_dot_product_attention: a hand-computed case (L = 2, D = 1), the fused kernel against
 // the reference in f32/bf16/f16 at the block edges (tiles of 32 query rows and 64 keys) with and
-// without the causal mask, head dims 16/32/64, f64 gradient checks of the reference, rows whose
-// logits are all equal, fully masked rows (NaN), boolean masks, strided inputs, errors.
+// without the causal mask, head dims 8 to 256, f64 gradient checks of the reference, rows whose
+// logits are all equal, fully masked rows (NaN), boolean masks, strided inputs, errors; the fused
+// kernel's bits on every ISA, at every thread count, in every wave of its backward; the 16-bit
+// loads and stores of simd.h it widens and rounds with.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -13,6 +17,8 @@
 #include "kernel_test_util.h"
 #include "op_test_util.h"
 #include "ops/attention_problem.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
 #include "ops/dispatch.h"
 
 namespace mixprec {
@@ -126,6 +132,12 @@ TEST(Attention, FusedMatchesReferenceInEveryDtypeAtBlockEdges) {
     expect_fused_matches_reference(L, 32, 1);
   for (int64_t L : {17, 65})
     for (int64_t D : {16, 64}) expect_fused_matches_reference(L, D, 1);
+}
+
+TEST(Attention, FusedMatchesReferenceAtHeadDimsOffTheVectorWidth) {
+  // The kernel pads head dims to 16 (the B operands) and reads them unpadded (the A operands).
+  for (int64_t D : {8, 24, 40, 80, 128, 256}) expect_fused_matches_reference(33, D, 1);
+  expect_fused_matches_reference(70, 256, 1);
 }
 
 TEST(Attention, FusedMatchesReferenceAtEveryLengthAndHeadDimExhaustive) {
@@ -327,17 +339,180 @@ TEST(Attention, SoftmaxForcedIntoSixteenBitsMatchesTheReference) {
 }
 
 TEST(Attention, FusedResultsDoNotDependOnTheThreadCount) {
-  // One thread owns each output row (forward) and each (b, h) slice (backward), in a fixed order.
-  const Tensor q = random({2, 3, 70, 32}, 91, DType::f32, -2, 2);
-  const Tensor k = random({2, 3, 70, 32}, 92, DType::f32, -2, 2);
-  const Tensor v = random({2, 3, 70, 32}, 93, DType::f32);
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const Result one = run(q, k, v, {.causal = true}, "flash");
-  omp_set_num_threads(3);
-  const Result three = run(q, k, v, {.causal = true}, "flash");
-  omp_set_num_threads(before);
-  EXPECT_TRUE(same_result(one, three, {0, 0}));
+  // One thread owns each output row (forward); in the backward each unit owns its key tiles' dK,
+  // dV and its own share of dQ, summed in unit order. With B * H = 1 the keys of the one slice
+  // are split into groups (5 tiles of 64 here): parallel over key groups, same bits.
+  const std::vector<uint8_t> keep = [] {
+    std::vector<uint8_t> m(300 * 300);
+    for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 7919) % 5 != 0 || i % 301 == 0;
+    return m;
+  }();
+  const Tensor mask = Tensor::from_vector<uint8_t>(keep, {300, 300}, DType::boolean);
+  for (auto [shape, d, m] : {std::tuple{Shape{2, 3, 70, 32}, DType::f32, false},
+                             std::tuple{Shape{1, 1, 300, 32}, DType::f32, false},
+                             std::tuple{Shape{1, 1, 300, 24}, DType::bf16, true}})
+    for (bool causal : {false, true}) {
+      const Tensor q = random(shape, 91, DType::f32, -2, 2).astype(d);
+      const Tensor k = random(shape, 92, DType::f32, -2, 2).astype(d);
+      const Tensor v = random(shape, 93, DType::f32).astype(d);
+      const ops::AttentionOptions opt{.causal = causal, .mask = m ? mask : Tensor()};
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const Result one = run(q, k, v, opt, "flash");
+      omp_set_num_threads(3);
+      const Result three = run(q, k, v, opt, "flash");
+      omp_set_num_threads(before);
+      EXPECT_TRUE(same_result(one, three, {0, 0})) << shape_str(shape) << " " << causal;
+      if (shape[2] == 300) {  // the split backward against the reference too
+        EXPECT_TRUE(same_result(one, run(q, k, v, opt, "ref"), fused_tol(d))) << causal;
+      }
+    }
+}
+
+// The fused kernel's forward and backward problems for q, k, v (random) and dout, run directly
+// on one ISA with a bound on the backward's dQ scratch: o, lse, dq, dk, dv.
+std::vector<Tensor> run_fused_on(ops::cpu::simd::Isa isa, int64_t scratch, const Tensor& q,
+                                 const Tensor& k, const Tensor& v,
+                                 const ops::AttentionParams& prm) {
+  const Shape lse_shape{q.size(0), q.size(1), q.size(2)};
+  Shape o_shape = q.shape();
+  o_shape[3] = v.size(3);
+  const Tensor o = Tensor::empty(o_shape, {.dtype = q.dtype()});
+  const Tensor lse = Tensor::empty(lse_shape);
+  ops::cpu::flash_attention_fwd({q, k, v, o, lse, prm}, isa);
+  const Tensor dout = random(o_shape, 99, DType::f32).astype(q.dtype());
+  auto empty = [&](const Tensor& t) { return Tensor::empty(t.shape(), {.dtype = t.dtype()}); };
+  const Tensor dq = empty(q), dk = empty(k), dv = empty(v);
+  ops::cpu::flash_attention_bwd({q, k, v, o, lse, dout, dq, dk, dv, prm}, isa, scratch);
+  return {o, lse, dq, dk, dv};
+}
+
+::testing::AssertionResult same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].nbytes() != b[i].nbytes() ||
+        std::memcmp(a[i].data_ptr(), b[i].data_ptr(), a[i].nbytes()) != 0)
+      return ::testing::AssertionFailure() << "output " << i << " (o, lse, dq, dk, dv) differs";
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Attention, FusedKernelGivesTheSameBitsOnEveryIsa) {
+  // Every value is a chain over one index in order, one output per lane: AVX-512 (16 lanes) and
+  // AVX2 (8) agree bit for bit, at lengths and head dims off both widths, masks and forced
+  // softmax dtypes included.
+  using ops::cpu::simd::Isa;
+  if (ops::cpu::simd::best_isa() != Isa::avx512) GTEST_SKIP() << "one vector ISA here";
+  std::vector<uint8_t> m(45 * 77);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 7919) % 3 != 0;
+  const Tensor keep = ops::broadcast_to(
+      Tensor::from_vector<uint8_t>(m, {1, 1, 45, 77}, DType::boolean), {2, 3, 45, 77});
+  for (DType d : {DType::f32, DType::bf16, DType::f16})
+    for (auto [lq, lk, dh, dv] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{45, 77, 24, 40},
+                                  {1, 130, 32, 32},
+                                  {70, 70, 16, 16}})
+      for (int variant = 0; variant < 4; ++variant) {
+        ops::AttentionParams prm;
+        prm.scale = 0.3;
+        prm.causal = variant % 2 == 1 && lq <= lk;
+        if (variant == 2 && lq == 45) prm.mask = keep;
+        if (variant == 3) prm.softmax_dtype = d == DType::f16 ? DType::f16 : DType::bf16;
+        const Tensor q = random({2, 3, lq, dh}, 95, DType::f32, -2, 2).astype(d);
+        const Tensor k = random({2, 3, lk, dh}, 96, DType::f32, -2, 2).astype(d);
+        const Tensor v = random({2, 3, lk, dv}, 97, DType::f32).astype(d);
+        EXPECT_TRUE(same_bits(run_fused_on(Isa::avx512, int64_t{1} << 30, q, k, v, prm),
+                              run_fused_on(Isa::avx2, int64_t{1} << 30, q, k, v, prm)))
+            << dtype_name(d) << " " << lq << "x" << lk << " D " << dh << " variant " << variant;
+      }
+}
+
+TEST(Attention, FusedBackwardGivesTheSameBitsInEveryWave) {
+  // The backward holds each (b, h)'s dQ shares for a wave of slices at a time; a bound of one
+  // slice's shares (and of less: still one slice a wave) gives the same bits as one wave for all.
+  const auto isa = ops::cpu::simd::best_isa();
+  if (isa == ops::cpu::simd::Isa::scalar) GTEST_SKIP() << "no AVX2";
+  const Tensor q = random({3, 2, 150, 32}, 101, DType::f32, -2, 2).astype(DType::bf16);
+  const Tensor k = random({3, 2, 150, 32}, 102, DType::f32, -2, 2).astype(DType::bf16);
+  const Tensor v = random({3, 2, 150, 32}, 103, DType::f32).astype(DType::bf16);
+  for (bool causal : {false, true}) {
+    ops::AttentionParams prm;
+    prm.scale = 0.2;
+    prm.causal = causal;
+    const std::vector<Tensor> all = run_fused_on(isa, int64_t{1} << 30, q, k, v, prm);
+    // 6 slices of 3 groups (ceil(64 / 6) = 11, capped by the 3 tiles), 150 x 32 floats each.
+    for (int64_t scratch : {int64_t{3 * 150 * 32}, int64_t{2 * 3 * 150 * 32 + 5}, int64_t{1}})
+      EXPECT_TRUE(same_bits(all, run_fused_on(isa, scratch, q, k, v, prm)))
+          << causal << " " << scratch;
+  }
+}
+
+// One vector of each ISA through simd.h's 16-bit stores (bf16, f16), roundings and loads, by
+// pointer (no vector crosses into this file's untargeted code).
+struct Out16 {
+  bf16 b[16];
+  f16 h[16];
+  float rb[16], rh[16], wb[16], wh[16];
+};
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+namespace through_avx512 {
+using namespace ops::cpu::simd::avx512;
+#include "ops/simd16_through.inc"
+}  // namespace through_avx512
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace through_avx2 {
+using namespace ops::cpu::simd::avx2;
+#include "ops/simd16_through.inc"
+}  // namespace through_avx2
+#pragma GCC pop_options
+
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+::testing::AssertionResult matches_half_h(void (*through)(const float*, Out16&), int lanes,
+                                          const std::vector<float>& x) {
+  for (size_t i = 0; i + lanes <= x.size(); i += lanes) {
+    Out16 o;
+    through(x.data() + i, o);
+    for (int l = 0; l < lanes; ++l) {
+      const float xi = x[i + l];
+      const bool ok =
+          o.b[l] == to_bf16(xi) && o.h[l] == to_f16(xi) &&
+          bits(o.rb[l]) == bits(to_f32(to_bf16(xi))) && bits(o.rh[l]) == bits(to_f32(to_f16(xi))) &&
+          bits(o.wb[l]) == bits(to_f32(o.b[l])) && bits(o.wh[l]) == bits(to_f32(o.h[l]));
+      if (!ok) return ::testing::AssertionFailure() << "at " << xi << " (bits " << bits(xi) << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Attention, SimdSixteenBitLoadsAndStoresMatchHalfH) {
+  // The fused kernel widens and rounds rows with simd.h's loads and stores: half.h's bits, for
+  // random bit patterns (NaN payloads, subnormals, overflow to inf included), on every ISA.
+  std::vector<float> x(1 << 16);
+  uint32_t state = 12345;
+  for (float& f : x) {
+    state = state * 1664525u + 1013904223u;
+    f = std::bit_cast<float>(state);
+  }
+  const float special[] = {65519.99f,
+                           65520.0f,
+                           -0.0f,
+                           1e-40f,
+                           5.96e-8f,
+                           2.98e-8f,
+                           1.0f + 0x1p-8f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::bit_cast<float>(0x7F800001u),
+                           std::bit_cast<float>(0xFFC00123u)};
+  std::copy(std::begin(special), std::end(special), x.begin());
+  const auto isa = ops::cpu::simd::best_isa();
+  if (isa == ops::cpu::simd::Isa::avx512) {
+    EXPECT_TRUE(matches_half_h(through_avx512::through16, 16, x));
+  }
+  if (isa != ops::cpu::simd::Isa::scalar) {
+    EXPECT_TRUE(matches_half_h(through_avx2::through16, 8, x));
+  }
 }
 
 TEST(Attention, NoQueriesGiveAnEmptyOutputAndZeroKeyGradients) {

@@ -91,11 +91,16 @@ std::string pool_max_nhwc_bwd_declines(const PoolBwdProblem& p);
 void pool_max_nhwc_bwd(const PoolBwdProblem& p);
 
 // attention.cpp: FlashAttention's blockwise algorithm with online softmax (f32 statistics),
-// AVX2 + FMA, f32/bf16/f16 (16-bit tiles widened inside the kernel).
+// register-blocked tiles on AVX-512 or AVX2 (simd::best_isa()), f32/bf16/f16 (16-bit tiles
+// widened inside the kernel). The overloads taking an ISA (one this CPU runs, not scalar) and
+// the backward's bound on its dQ scratch (in floats; it sets how many (b, h) run per wave) are
+// for tests: the results do not depend on either.
 std::string flash_attention_declines(const AttentionFwdProblem& p);
 void flash_attention_fwd(const AttentionFwdProblem& p);
+void flash_attention_fwd(const AttentionFwdProblem& p, simd::Isa isa);
 std::string flash_attention_bwd_declines(const AttentionBwdProblem& p);
 void flash_attention_bwd(const AttentionBwdProblem& p);
+void flash_attention_bwd(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats);
 
 // amp.cpp: the unscale + finite check and the optimizers' fused updates (fused_update:
 // instantiated for SgdStep, MomentumStep and AdamStep), chunked OpenMP loops, bit for bit the
