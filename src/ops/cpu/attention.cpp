@@ -7,8 +7,8 @@
 //
 // The products run on tiles through one register-blocked micro-kernel (attention_tiles.inc:
 // rows of A broadcast, vectors of B, a block of C held in registers), compiled once per ISA.
-// Forward: one unit per (b, h, block of kBr = 32 query rows), key tiles of kBc = 64; the lanes
-// are the block's rows (s = k q^T, o^T = v^T p^T), so the softmax statistics are per lane.
+// Forward: one unit per (b, h, block of kBr = 32 query rows), key tiles of kBc = 64; in s = k q^T
+// the lanes are the block's rows, so the softmax statistics are per lane; then o += p v.
 // Backward: one unit per (b, h, group of key tiles), lanes over keys (s = q k^T, dP = dO v^T);
 // each unit accumulates dK, dV of its tiles over the query blocks in order and its own share of
 // dQ, and the shares are summed in unit order per (b, h) afterwards: parallel over B * H and key
@@ -116,19 +116,17 @@ std::string declines(DType dt, DType sd, const Tensor& q, const Tensor& k, const
 // ---------------------------------------------------------------- per-thread buffers
 
 struct FwdBuffers {
-  std::vector<float> qr, qt, st, acct, kw, vw, m, mnew, l, alpha, row;
+  std::vector<float> qt, st, acc, kw, vw, m, mnew, l, alpha;
   FwdBuffers(const Geometry& g)
-      : qr(kBr * g.Dp),    // the block's q rows
-        qt(g.D * kBr),     // q^T
+      : qt(g.D * kBr),     // q^T of the block
         st(kBc * kBr),     // s, then p: [key][row]
-        acct(g.Dv * kBr),  // o^T accumulator
+        acc(kBr * g.Dvp),  // o accumulator
         kw(kBc * g.D),     // a k tile widened (16-bit inputs)
-        vw(kBc * g.Dv),    // a v tile widened
+        vw(kBc * g.Dvp),   // a v tile widened and padded (if needed)
         m(kBr),
         mnew(kBr),
         l(kBr),
-        alpha(kBr),
-        row(g.Dvp) {}
+        alpha(kBr) {}
 };
 
 struct BwdBuffers {
