@@ -345,6 +345,7 @@ def test_user_transformer_block_trains_through_the_fused_kernel(level, mode, pro
     rng = np.random.default_rng(5)
     x, y = task(rng)
     ms.set_seed(1)
+    previous = ms.get_context("mode")
     ms.set_context(mode=mode)
     try:
         net = Classifier()
@@ -354,7 +355,7 @@ def test_user_transformer_block_trains_through_the_fused_kernel(level, mode, pro
         tx, ty = ms.Tensor(x), ms.Tensor(y)
         losses = [step(tx, ty).item() for _ in range(12)]
     finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
+        ms.set_context(mode=previous)
     assert all(np.isfinite(losses)) and np.mean(losses[-3:]) < 0.8 * np.mean(losses[:3]), losses
     impl = "flash" if cpu_has_flash() else "ref"
     assert rows_of("scaled_dot_product_attention") == {("forward", impl), ("backward", impl)}, ops.profile_rows()
