@@ -22,12 +22,6 @@ namespace {
 
 constexpr const char* kWhat = "scaled_dot_product_attention";
 
-std::string shape_text(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 bool is_bool_mask(const Tensor& m) { return m.dtype() == DType::boolean || m.dtype() == DType::u8; }
 
 // The keys each query may attend to, as a new bool tensor of `shape` ([..., Lq, Lk]): the user's

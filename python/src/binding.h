@@ -67,6 +67,7 @@ void check_data_format(const std::string& data_format, const char* what);
 // ---- shape arguments and the shape ops of a custom layer (shape_ops.cpp). A wrong argument is a
 // TypeError (not an int, not a sequence) or a ValueError (out of range, sizes that do not add up)
 // naming `what` and the argument, raised before any C++ runs.
+std::string shape_text(const Shape& s);                             // Python's (2, 3)
 int64_t int_arg(py::handle v, const char* what, const char* name);  // an int or numpy integer
 int64_t dim_arg(py::handle axis, int64_t ndim, const char* what, const char* name);  // wrapped
 std::vector<int64_t> permutation_arg(py::handle axes, const Tensor& x, const char* what);

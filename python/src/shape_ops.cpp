@@ -11,12 +11,6 @@ namespace {
 
 std::string type_name(py::handle v) { return py::str(py::type::of(v).attr("__name__")); }
 
-std::string shape_text(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 std::string ints_text(const std::vector<int64_t>& v) {
   return shape_text(Shape(v.begin(), v.end()));
 }
@@ -32,6 +26,12 @@ std::vector<int64_t> int_list_arg(py::handle v, const char* what, const char* na
 }
 
 }  // namespace
+
+std::string shape_text(const Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
 
 int64_t int_arg(py::handle v, const char* what, const char* name) {
   // Python ints and numpy integers (anything with __index__), but not bools or floats.

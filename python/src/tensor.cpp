@@ -127,14 +127,18 @@ Tensor getitem(const Tensor& t, const py::object& key) {
   return out;
 }
 
-// Tensor (op) Tensor and Tensor (op) number, both through the ops library.
-template <class F, class G>
-void def_binary(py::class_<Tensor>& c, const char* name, F with_tensor, G with_number) {
-  c.def(
-      name, [with_tensor](const Tensor& a, const Tensor& b) { return with_tensor(a, b); },
-      ReleaseGil());
-  c.def(
-      name, [with_number](const Tensor& a, double b) { return with_number(a, b); }, ReleaseGil());
+// Tensor (op) Tensor and Tensor (op) number, both through the ops library, under each name (the
+// operator's, and MindSpore's method of the same op: a + b and a.add(b)).
+template <class F, class G> void def_binary(py::class_<Tensor>& c,
+                                            std::initializer_list<const char*> names, F with_tensor,
+                                            G with_number) {
+  for (const char* name : names) {
+    c.def(
+        name, [with_tensor](const Tensor& a, const Tensor& b) { return with_tensor(a, b); },
+        ReleaseGil());
+    c.def(
+        name, [with_number](const Tensor& a, double b) { return with_number(a, b); }, ReleaseGil());
+  }
 }
 
 Tensor scalar_like(double v, const Tensor& t) { return full({}, v, {.dtype = t.dtype()}); }
@@ -142,30 +146,31 @@ Tensor scalar_like(double v, const Tensor& t) { return full({}, v, {.dtype = t.d
 void bind_tensor_math(py::class_<Tensor>& c) {
   using T = const Tensor&;
   def_binary(
-      c, "__add__", [](T a, T b) { return ops::add(a, b); },
+      c, {"__add__", "add"}, [](T a, T b) { return ops::add(a, b); },
       [](T a, double b) { return ops::add(a, b); });
   def_binary(
-      c, "__radd__", [](T a, T b) { return ops::add(b, a); },
+      c, {"__radd__"}, [](T a, T b) { return ops::add(b, a); },
       [](T a, double b) { return ops::add(a, b); });
   def_binary(
-      c, "__sub__", [](T a, T b) { return ops::sub(a, b); }, [](T a, double b) { return a - b; });
+      c, {"__sub__", "sub"}, [](T a, T b) { return ops::sub(a, b); },
+      [](T a, double b) { return a - b; });
   def_binary(
-      c, "__rsub__", [](T a, T b) { return ops::sub(b, a); },
+      c, {"__rsub__"}, [](T a, T b) { return ops::sub(b, a); },
       [](T a, double b) { return ops::add(ops::neg(a), b); });
   def_binary(
-      c, "__mul__", [](T a, T b) { return ops::mul(a, b); },
+      c, {"__mul__", "mul"}, [](T a, T b) { return ops::mul(a, b); },
       [](T a, double b) { return ops::mul(a, b); });
   def_binary(
-      c, "__rmul__", [](T a, T b) { return ops::mul(b, a); },
+      c, {"__rmul__"}, [](T a, T b) { return ops::mul(b, a); },
       [](T a, double b) { return ops::mul(a, b); });
   def_binary(
-      c, "__truediv__", [](T a, T b) { return ops::div(a, b); },
+      c, {"__truediv__", "div"}, [](T a, T b) { return ops::div(a, b); },
       [](T a, double b) { return a / b; });
   def_binary(
-      c, "__rtruediv__", [](T a, T b) { return ops::div(b, a); },
+      c, {"__rtruediv__"}, [](T a, T b) { return ops::div(b, a); },
       [](T a, double b) { return ops::div(scalar_like(b, a), a); });
   def_binary(
-      c, "__pow__", [](T a, T b) { return ops::pow(a, b); },
+      c, {"__pow__", "pow"}, [](T a, T b) { return ops::pow(a, b); },
       [](T a, double b) { return ops::pow(a, b); });
   c.def(
       "__matmul__", [](const Tensor& a, const Tensor& b) { return ops::matmul(a, b); },
@@ -273,19 +278,6 @@ void bind_tensor_math(py::class_<Tensor>& c) {
   for (const char* name : {"clamp", "clip"})
     c.def(name, &ops::clamp, "min"_a = py::none(), "max"_a = py::none(), ReleaseGil());
   c.def("masked_fill", &ops::masked_fill, "mask"_a, "value"_a, ReleaseGil());
-  def_binary(
-      c, "add", [](T a, T b) { return ops::add(a, b); },
-      [](T a, double b) { return ops::add(a, b); });
-  def_binary(
-      c, "sub", [](T a, T b) { return ops::sub(a, b); }, [](T a, double b) { return a - b; });
-  def_binary(
-      c, "mul", [](T a, T b) { return ops::mul(a, b); },
-      [](T a, double b) { return ops::mul(a, b); });
-  def_binary(
-      c, "div", [](T a, T b) { return ops::div(a, b); }, [](T a, double b) { return a / b; });
-  def_binary(
-      c, "pow", [](T a, T b) { return ops::pow(a, b); },
-      [](T a, double b) { return ops::pow(a, b); });
   c.def(
       "maximum", [](T a, T b) { return ops::maximum(a, b); }, "other"_a, ReleaseGil());
   c.def(
