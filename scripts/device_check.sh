@@ -6,10 +6,13 @@
 #               ships only libcudnn.so.9), cuBLASLt, NCCL (reported; not built: no MPI), CMake,
 #               ninja, the C++ compiler with OpenMP, glibc, zlib, the carried packages and data,
 #               python3's PyTorch; names every missing piece and stops
-#   configure   Release, -DMIXPREC_CUDA=ON, sm_90 only, -DMIXPREC_WITH_ONEDNN=OFF (the CPU side on
-#               the project's own cpu/ref kernels: nothing from Debian that the image lacks), no
-#               MPI, no bench programs, no Python module
-#   build       the library, the CLI and tests/cuda, -j (cores)
+#   configure   Release with -O2 for the C++ (CMake's -O3 compiled 13% slower here, for host
+#               code whose speed the GPU stages barely see; the same bits: no -ffast-math),
+#               -DMIXPREC_CUDA=ON, sm_90 only, -DMIXPREC_WITH_ONEDNN=OFF (the CPU side on the
+#               project's own cpu/ref kernels: nothing from Debian that the image lacks), no MPI,
+#               no bench programs, no Python module
+#   build       only what the later stages run: the library, the CLI and tests/cuda, -j (cores);
+#               prints its wall and CPU seconds (on a shared machine the wall is not its cost)
 #   cuda_tests  tests/cuda against the reference kernels (exit 77 = no GPU = failure)
 #   bench       ONE `mixprec bench --device cuda` process: every zoo model at O0, O2-f16, O2-bf16
 #               (the floor from the GPU's measured GEMM rate and copy bandwidth)
@@ -101,6 +104,13 @@ record() {  # status, note
   STAGES+=("{\"stage\": \"$current\", \"status\": \"$1\", \"seconds\": $((SECONDS - stage_t0)), \"note\": $(json_str "${2:-}")}")
 }
 left() { echo $((BUDGET - (SECONDS - t0))); }
+# Sets CHILD_CPU to the CPU seconds (user + system) of every child process this shell has waited
+# for, descendants included (bash's `times`, second line). Run in this shell, never in $(...) or a
+# pipe: a subshell starts with no children's times.
+child_cpu() {
+  times > "$DEPS/times.txt"
+  CHILD_CPU=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d", n }' "$DEPS/times.txt")
+}
 start() {
   current=$1
   stage_t0=$SECONDS
@@ -345,9 +355,9 @@ passed
 # ---------------------------------------------------------------- configure
 start configure
 # Floors kept for the stages after it: build 60, tests 15, bench 30, train 15, torch 15.
-limited 90 135 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIXPREC_CUDA=ON \
-  -DCMAKE_CUDA_COMPILER="$NVCC" -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXPREC_WITH_ONEDNN=OFF \
-  -DMIXPREC_WITH_MPI=OFF -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_PYTHON=OFF \
+limited 90 135 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DMIXPREC_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXPREC_WITH_ONEDNN=OFF -DMIXPREC_WITH_MPI=OFF -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_PYTHON=OFF \
   -DCMAKE_LIBRARY_PATH="$SHIM" -DZLIB_LIBRARY="$SHIM/libz.so" -DZLIB_INCLUDE_DIR="$zlib_h" \
   ${CUDNN_ROOT_FOUND:+-DCUDNN_ROOT="$CUDNN_ROOT_FOUND"} > "$LOGS/configure.txt" 2>&1 \
   || { tail -30 "$LOGS/configure.txt"; fail "cmake configure (the lines above; all of it in $LOGS/configure.txt)"; }
@@ -356,13 +366,18 @@ passed
 
 # ---------------------------------------------------------------- build
 start build
+child_cpu
+cpu0=$CHILD_CPU
 limited 360 75 cmake --build "$BUILD" -j "$JOBS" --target mixprec mixprec_cli cuda_test > "$LOGS/build.txt" 2>&1 \
   || { grep -E -m 20 "error|FAILED" "$LOGS/build.txt"; tail -5 "$LOGS/build.txt"; fail "build (the lines above; all of it in $LOGS/build.txt)"; }
 # The slowest build steps (ninja's log: start and end in ms), for planning the next run's budget.
 awk -F'\t' '!/^#/ {printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4}' "$BUILD/.ninja_log" 2> /dev/null | sort -rn | head -5 \
   | sed 's/^/device_check:   slowest: /'
 M="$BUILD/tools/mixprec"
-passed "$(grep -c '^\[' "$LOGS/build.txt") build steps"
+child_cpu
+build_cpu=$((CHILD_CPU - cpu0))
+echo "device_check:   build: $((SECONDS - stage_t0)) s wall, $build_cpu s CPU (user + system, all jobs) on $JOBS jobs, $(nproc) cores"
+passed "$(grep -c '^\[' "$LOGS/build.txt") build steps, $build_cpu s CPU on $JOBS jobs"
 
 # ---------------------------------------------------------------- cuda_tests (the first GPU call)
 start cuda_tests
