@@ -6,6 +6,8 @@
 
 #include "kernel_test_util.h"
 #include "op_test_util.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
 #include "ops/elementwise_problem.h"
 
 namespace mixprec {
@@ -240,6 +242,46 @@ TEST(Relu, SixteenBitKernelsMatchTheF32DefinitionOnSpecialValues) {
     EXPECT_EQ(r.strides(), nhwc.strides());
     EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.contiguous()), {0, 0}));
     EXPECT_TRUE(testing::all_close(r, ops::relu(nhwc.astype(DType::f32)).astype(d), {0, 0}));
+  }
+}
+
+// The bits16 ReLU kernels at every vector width this CPU runs (each OpenMP chunk's loop is
+// compiled per instruction set): every 16-bit pattern of both formats, the length odd and past the
+// parallel threshold, against the f32 definition element by element, forward and mask, bit for bit.
+TEST(Relu, SixteenBitKernelsAtEveryVectorWidthGiveTheF32DefinitionOnEveryPattern) {
+  using ops::cpu::simd::Isa;
+  std::vector<Isa> isas{Isa::scalar};
+  if (ops::cpu::simd::best_isa() != Isa::scalar) isas.push_back(Isa::avx2);
+  if (ops::cpu::simd::best_isa() == Isa::avx512) isas.push_back(Isa::avx512);
+  const int64_t n = 3 * 65536 + 17;
+  std::vector<uint16_t> xb(static_cast<size_t>(n)), gb(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) {
+    xb[i] = static_cast<uint16_t>(i);
+    gb[i] = static_cast<uint16_t>(i * 40503u + 7u);  // every pattern as a gradient too, shuffled
+  }
+  for (DType d : {DType::bf16, DType::f16}) {
+    const Tensor x = Tensor::from_data(xb.data(), d, {n}, {.dtype = d});
+    const Tensor g = Tensor::from_data(gb.data(), d, {n}, {.dtype = d});
+    const std::vector<float> xf = x.astype(DType::f32).to_vector<float>();
+    std::vector<uint16_t> want_y(xb.size()), want_dx(xb.size());
+    for (size_t i = 0; i < xb.size(); ++i) {
+      want_y[i] = std::isnan(xf[i]) || xf[i] > 0 ? xb[i] : uint16_t{0};
+      want_dx[i] = xf[i] > 0 ? gb[i] : uint16_t{0};  // y > 0 exactly where x > 0
+    }
+    for (Isa isa : isas) {
+      const Tensor y = Tensor::empty({n}, {.dtype = d}), dx = Tensor::empty({n}, {.dtype = d});
+      ops::cpu::relu_bits16_isa({.fn = ops::PointwiseFn::relu, .in = {x, Tensor(), Tensor()}, .out = y}, isa);
+      ops::cpu::relu_bits16_isa({.fn = ops::PointwiseFn::relu_mask, .in = {g, y, Tensor()}, .out = dx}, isa);
+      const auto* yb = static_cast<const uint16_t*>(y.data_ptr());
+      const auto* db = static_cast<const uint16_t*>(dx.data_ptr());
+      int64_t bad_y = 0, bad_dx = 0;
+      for (size_t i = 0; i < xb.size(); ++i) {
+        bad_y += yb[i] != want_y[i];
+        bad_dx += db[i] != want_dx[i];
+      }
+      EXPECT_EQ(bad_y, 0) << dtype_name(d) << " " << ops::cpu::simd::isa_name(isa) << ": relu";
+      EXPECT_EQ(bad_dx, 0) << dtype_name(d) << " " << ops::cpu::simd::isa_name(isa) << ": mask";
+    }
   }
 }
 

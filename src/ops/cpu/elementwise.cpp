@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
 
 namespace mixprec::ops::cpu {
 
@@ -83,48 +84,84 @@ bool dense_16bit(const Tensor& t) {
 
 uint16_t inf_bits(DType d) { return d == DType::bf16 ? 0x7F80 : 0x7C00; }
 
-// Runs body over [0, n) in OpenMP chunks.
-template <class Body> void run_bits(int64_t n, Body&& body) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t c = 0; c < (n + 4095) / 4096; ++c) body(c * 4096, std::min(n, c * 4096 + 4096));
+// The two loops below are written once and compiled per instruction set: the library's baseline
+// is SSE2 (8 lanes of 16 bits), so each OpenMP chunk calls the loop through a wrapper whose target
+// lets the compiler vectorise the inlined loop with AVX2 (16 lanes) or AVX-512BW (32 lanes).
+// The same integer compares at every width: the bits do not depend on it.
+template <class Loop>
+[[gnu::target("avx512f,avx512bw,avx512vl,prefer-vector-width=512")]] void run_avx512(
+    const Loop& loop, int64_t lo, int64_t hi) {
+  loop(lo, hi);
+}
+template <class Loop>
+[[gnu::target("avx2")]] void run_avx2(const Loop& loop, int64_t lo, int64_t hi) {
+  loop(lo, hi);
 }
 
-void relu_forward_bits(const Tensor& x, const Tensor& out) {
-  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
-  auto* op = static_cast<uint16_t*>(out.data_ptr());
-  const uint16_t inf = inf_bits(x.dtype());
-  if (verbose_level() > 0) log_elementwise(1, out, x.dtype());
-  run_bits(x.numel(), [=](int64_t lo, int64_t hi) {
-    // Locals with __restrict: the uint16_t stores could otherwise alias the captured values,
-    // which the compiler then reloads every iteration instead of vectorising.
-    const uint16_t* __restrict src = xp;
-    uint16_t* __restrict dst = op;
-    const uint16_t lim = inf;
+// Runs loop over [0, n) in OpenMP chunks of 4096 elements, with isa's vectors.
+template <class Loop> void run_bits(int64_t n, simd::Isa isa, const Loop& loop) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t c = 0; c < (n + 4095) / 4096; ++c) {
+    const int64_t lo = c * 4096, hi = std::min(n, c * 4096 + 4096);
+    if (isa == simd::Isa::avx512)
+      run_avx512(loop, lo, hi);
+    else if (isa == simd::Isa::avx2)
+      run_avx2(loop, lo, hi);
+    else
+      loop(lo, hi);
+  }
+}
+
+// y = relu(x) on the bits. Locals with __restrict: the uint16_t stores could otherwise alias the
+// pointers, which the compiler then reloads every iteration instead of vectorising.
+struct ReluForwardLoop {
+  const uint16_t* x;
+  uint16_t* out;
+  uint16_t lim;  // +inf's bits
+  [[gnu::always_inline]] inline void operator()(int64_t lo, int64_t hi) const {
+    const uint16_t* __restrict src = x;
+    uint16_t* __restrict dst = out;
+    const uint16_t l = lim;
     for (int64_t i = lo; i < hi; ++i) {
       const uint16_t b = src[i];
       // Negative (sign set) and not NaN: 0. Everything else (positive, +0, any NaN) is kept.
-      dst[i] = (b >= 0x8000 && (b & 0x7FFF) <= lim) ? uint16_t{0} : b;
+      dst[i] = (b >= 0x8000 && (b & 0x7FFF) <= l) ? uint16_t{0} : b;
     }
-  });
-}
+  }
+};
 
-// out = y > 0 ? g : 0 on the bits; g, y and out share dtype, shape and strides.
-void relu_mask_bits(const Tensor& g, const Tensor& y, const Tensor& out) {
-  const auto* gp = static_cast<const uint16_t*>(g.data_ptr());
-  const auto* yp = static_cast<const uint16_t*>(y.data_ptr());
-  auto* op = static_cast<uint16_t*>(out.data_ptr());
-  const uint16_t inf = inf_bits(y.dtype());
-  if (verbose_level() > 0) log_elementwise(2, out, y.dtype());
-  run_bits(y.numel(), [=](int64_t lo, int64_t hi) {
-    const uint16_t* __restrict gs = gp;
-    const uint16_t* __restrict ys = yp;
-    uint16_t* __restrict dst = op;
-    const uint16_t lim = inf;
+// out = y > 0 ? g : 0 on the bits.
+struct ReluMaskLoop {
+  const uint16_t* g;
+  const uint16_t* y;
+  uint16_t* out;
+  uint16_t lim;
+  [[gnu::always_inline]] inline void operator()(int64_t lo, int64_t hi) const {
+    const uint16_t* __restrict gs = g;
+    const uint16_t* __restrict ys = y;
+    uint16_t* __restrict dst = out;
+    const uint16_t l = lim;
     for (int64_t i = lo; i < hi; ++i) {
-      const uint16_t keep = static_cast<uint16_t>(ys[i] - 1) < lim ? 0xFFFF : 0;
+      const uint16_t keep = static_cast<uint16_t>(ys[i] - 1) < l ? 0xFFFF : 0;
       dst[i] = gs[i] & keep;  // both loads unconditional: the loop if-converts and vectorises
     }
-  });
+  }
+};
+
+void relu_forward_bits(const Tensor& x, const Tensor& out, simd::Isa isa) {
+  if (verbose_level() > 0) log_elementwise(1, out, x.dtype());
+  run_bits(x.numel(), isa,
+           ReluForwardLoop{static_cast<const uint16_t*>(x.data_ptr()),
+                           static_cast<uint16_t*>(out.data_ptr()), inf_bits(x.dtype())});
+}
+
+// g, y and out share dtype, shape and strides.
+void relu_mask_bits(const Tensor& g, const Tensor& y, const Tensor& out, simd::Isa isa) {
+  if (verbose_level() > 0) log_elementwise(2, out, y.dtype());
+  run_bits(y.numel(), isa,
+           ReluMaskLoop{static_cast<const uint16_t*>(g.data_ptr()),
+                        static_cast<const uint16_t*>(y.data_ptr()),
+                        static_cast<uint16_t*>(out.data_ptr()), inf_bits(y.dtype())});
 }
 
 // out lies over the same elements as t (same strides, or both contiguous).
@@ -150,11 +187,13 @@ std::string relu_bits16_declines(const PointwiseProblem& p) {
   return "not relu";
 }
 
-void relu_bits16(const PointwiseProblem& p) {
+void relu_bits16_isa(const PointwiseProblem& p, simd::Isa isa) {
   if (p.fn == PointwiseFn::relu)
-    relu_forward_bits(p.in[0], p.out);
+    relu_forward_bits(p.in[0], p.out, isa);
   else
-    relu_mask_bits(p.in[0], p.in[1], p.out);
+    relu_mask_bits(p.in[0], p.in[1], p.out, isa);
 }
+
+void relu_bits16(const PointwiseProblem& p) { relu_bits16_isa(p, simd::best_isa()); }
 
 }  // namespace mixprec::ops::cpu

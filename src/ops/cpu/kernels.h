@@ -30,7 +30,8 @@ std::string why_not_via_f32(DType d);
 // mask on the bits of dense f16/bf16 tensors.
 void pointwise(const PointwiseProblem& p);
 std::string relu_bits16_declines(const PointwiseProblem& p);
-void relu_bits16(const PointwiseProblem& p);
+void relu_bits16(const PointwiseProblem& p);  // with the widest vectors this CPU has
+void relu_bits16_isa(const PointwiseProblem& p, simd::Isa isa);  // tests: each width here
 // activations.cpp: gelu (erf and tanh forms), their gradients, erf and exp on f32 rows,
 // vectorised (simd.h): the row kernel of a pointwise formula, if it has one; the pointwise
 // kernel that runs those (through the elementwise engine, any dtype and layout, f32 compute);
