@@ -306,6 +306,15 @@ else
   lack compiler "${CXX:-no g++}: cannot compile C++20 with -fopenmp ($(head -c 300 "$DEPS/omp_probe.log" 2> /dev/null))"
 fi
 have glibc "$(ldd --version 2> /dev/null | head -1)"
+# ccache: used when on PATH (scripts/device_mimic_test.sh gives its root one, so that repeated
+# runs here rebuild only what changed); the device image has none, so there every file compiles.
+CCACHE=""
+if [ "${DEVICE_CHECK_CCACHE:-1}" != 0 ] && CCACHE=$(command -v ccache); then
+  note ccache "$CCACHE: compiles cached in ${CCACHE_DIR:-its default folder}"
+else
+  CCACHE=""
+  note ccache "none: every file compiles (as on the device image)"
+fi
 
 # zlib: the image's libz.so.1 (never a carried libz.so: Debian's is an absolute link to its own
 # /lib/x86_64-linux-gnu/libz.so.1.2.13) and a zlib.h (the image's or the carried one).
@@ -357,7 +366,8 @@ start configure
 # Floors kept for the stages after it: build 60, tests 15, bench 30, train 15, torch 15.
 limited 90 135 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DMIXPREC_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXPREC_WITH_ONEDNN=OFF -DMIXPREC_WITH_MPI=OFF -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_PYTHON=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DMIXPREC_WITH_ONEDNN=OFF -DMIXPREC_WITH_MPI=OFF \
+  -DCMAKE_CXX_COMPILER_LAUNCHER="$CCACHE" -DCMAKE_CUDA_COMPILER_LAUNCHER="$CCACHE" -DMIXPREC_BUILD_BENCH=OFF -DMIXPREC_PYTHON=OFF \
   -DCMAKE_LIBRARY_PATH="$SHIM" -DZLIB_LIBRARY="$SHIM/libz.so" -DZLIB_INCLUDE_DIR="$zlib_h" \
   ${CUDNN_ROOT_FOUND:+-DCUDNN_ROOT="$CUDNN_ROOT_FOUND"} > "$LOGS/configure.txt" 2>&1 \
   || { tail -30 "$LOGS/configure.txt"; fail "cmake configure (the lines above; all of it in $LOGS/configure.txt)"; }
@@ -366,6 +376,7 @@ passed
 
 # ---------------------------------------------------------------- build
 start build
+[ -n "$CCACHE" ] && "$CCACHE" -z > /dev/null
 child_cpu
 cpu0=$CHILD_CPU
 limited 360 75 cmake --build "$BUILD" -j "$JOBS" --target mixprec mixprec_cli cuda_test > "$LOGS/build.txt" 2>&1 \
@@ -377,6 +388,7 @@ M="$BUILD/tools/mixprec"
 child_cpu
 build_cpu=$((CHILD_CPU - cpu0))
 echo "device_check:   build: $((SECONDS - stage_t0)) s wall, $build_cpu s CPU (user + system, all jobs) on $JOBS jobs, $(nproc) cores"
+[ -n "$CCACHE" ] && "$CCACHE" -s | grep -m 2 -E "^ *(Hits|Misses):" | sed 's/^ */device_check:   ccache /'
 passed "$(grep -c '^\[' "$LOGS/build.txt") build steps, $build_cpu s CPU on $JOBS jobs"
 
 # ---------------------------------------------------------------- cuda_tests (the first GPU call)

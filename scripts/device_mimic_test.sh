@@ -19,9 +19,15 @@
 # that the image's toolkit is laid out like this one (nvcc 13.0 from NVIDIA's wheels, as KINDS.md
 # describes), or anything that needs the GPU.
 #
+# One addition the image lacks, for time only: Debian's ccache in the root, its cache kept here in
+# MIMIC_CCACHE_DIR between runs, so that a run after a small change rebuilds only what changed
+# (a hit needs the same compiler, flags and every included file's contents: it hides no missing
+# header). MIMIC_CCACHE=0 leaves it out: every file compiles, as on the device machine.
+#
 # Usage (root): bash scripts/device_mimic_test.sh [BUDGET_S (default 3600: 2 cores build slowly)]
 #   env: MIMIC_PARENT (default /var/tmp), FRESH_CACHE (default /var/cache/mixprec-fresh),
-#        CUDA_SRC (default /usr/local/cuda-13.0), KEEP_ROOT=1, JOBS (default nproc)
+#        CUDA_SRC (default /usr/local/cuda-13.0), KEEP_ROOT=1, JOBS (default nproc),
+#        MIMIC_CCACHE (default 1), MIMIC_CCACHE_DIR (default /var/cache/mixprec-mimic-ccache)
 # The repository goes in as a clean clone of HEAD (commit first) plus .device-deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +61,11 @@ mounted=()
 cleanup() {
   local i
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2> /dev/null || true; done
+  # A bind mount from the same file system (the ccache folder) is not stopped by
+  # --one-file-system: keep the root rather than delete through a mount still there.
+  for m in "${mounted[@]}"; do
+    mountpoint -q "$m" 2> /dev/null && { log "$m is still mounted: kept the root at $root"; return; }
+  done
   if [ "${KEEP_ROOT:-0}" = 1 ]; then log "kept the root at $root"; else rm -rf --one-file-system "$root"; fi
 }
 trap cleanup EXIT
@@ -101,8 +112,9 @@ in_root() { env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 
 # What the image has: a compiler, python3 with a venv (CMake and ninja from PyPI), CAs for pip.
 log "the image's tools: g++ and python3 (apt), CMake and ninja (pip, in the venv)"
+CCACHE=${MIMIC_CCACHE:-1}
 in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  g++ python3 python3-venv ca-certificates > /dev/null" || die "apt-get in the root"
+  g++ python3 python3-venv ca-certificates $([ "$CCACHE" = 1 ] && echo ccache) > /dev/null" || die "apt-get in the root"
 in_root "python3 -m venv /opt/venv && /opt/venv/bin/pip install -q 'cmake>=3.25' ninja" || die "pip in the root"
 for p in zlib1g-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev; do
   if chroot "$root" dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed"; then
@@ -129,11 +141,22 @@ log "cuDNN only at $site/nvidia/cudnn: $(ls "$wheel/lib" | tr '\n' ' ')"
 log "cloning HEAD ($(git rev-parse --short HEAD)) and .device-deps into the root"
 git clone -q --no-local "$repo" "$root/root/mixprec"
 cp -a .device-deps "$root/root/mixprec/"
+ccache_env=(DEVICE_CHECK_CCACHE=0)
+if [ "$CCACHE" = 1 ]; then
+  cache_dir=${MIMIC_CCACHE_DIR:-/var/cache/mixprec-mimic-ccache}
+  mkdir -p "$cache_dir" "$root/ccache"
+  mount --bind "$cache_dir" "$root/ccache"
+  mounted+=("$root/ccache")
+  ccache_env=(CCACHE_DIR=/ccache)
+  log "ccache in the root, its cache in $cache_dir ($(du -sh "$cache_dir" | cut -f1)); MIMIC_CCACHE=0 builds without it"
+else
+  log "no ccache: every file compiles, as on the device machine"
+fi
 log "prepared in $((SECONDS - t0)) s; running device_check.sh --dry-run --budget $BUDGET"
 t1=$SECONDS
 rc=0
 env -i PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-  OUT=/root/out chroot "$root" /bin/bash -c \
+  OUT=/root/out "${ccache_env[@]}" chroot "$root" /bin/bash -c \
   "cd /root/mixprec && bash scripts/device_check.sh --dry-run --budget $BUDGET --jobs ${JOBS:-$(nproc)}" || rc=$?
 log "device_check.sh exited $rc after $((SECONDS - t1)) s"
 mkdir -p "$repo/device-out/mimic"
