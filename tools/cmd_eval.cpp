@@ -78,14 +78,11 @@ Command register_eval(CLI::App& app) {
         });
         amp::auto_mixed_precision(*net, a->amp_level, parse_low_dtype(a->dtype));
         nn::SoftmaxCrossEntropyWithLogits loss_fn(kTrainingLoss);
-        // train::Model builds its train step when constructed (as MindSpore's Model does when given
-        // an optimizer), so it takes one: the model's own training optimizer, as train makes it. It
-        // never steps; at O2/O3 it holds the low working copies of the weights, as in training.
-        const auto optimizer =
-            make_training_optimizer(model_defaults(a->model), net->trainable_params(), 1);
+        // An eval-only Model (no optimizer, no train step; the network's AMP configuration set
+        // above is kept at the Model's default level O0).
         const int64_t context = zoo.language_model ? zoo.input.sample[0] : 0;
         if (zoo.language_model) {  // the validation windows of the text, as train evaluates them
-          train::Model model(*net, loss_fn, *optimizer, {.metrics = {{"Loss", nn::Loss()}}});
+          train::Model model(*net, loss_fn, {.metrics = {{"Loss", nn::Loss()}}});
           const dataset::TextOptions opts{.usage = "validation", .context = context};
           const auto test =
               dataset::Dataset(dataset::TextDataset(a->data, opts)).batch(a->batch_size);
@@ -98,7 +95,7 @@ Command register_eval(CLI::App& app) {
               static_cast<long long>(context + 1), a->amp_level.c_str());
           return 0;
         }
-        train::Model model(*net, loss_fn, *optimizer,
+        train::Model model(*net, loss_fn,
                            {.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}}});
         const auto test = standard_pipeline(dataset::MnistDataset(a->data, {.usage = "test"}))
                               .batch(a->batch_size);

@@ -112,7 +112,7 @@ void bind_callbacks(Modules& m) {
 
 void bind_model(Modules& m) {
   py::class_<train::Model, std::shared_ptr<train::Model>>(m.train, "Model")
-      .def(py::init([](Cell& network, Cell& loss_fn, optim::Optimizer& optimizer,
+      .def(py::init([](Cell& network, Cell& loss_fn, optim::Optimizer* optimizer,
                        py::object metrics, const std::string& amp_level, py::object manager,
                        std::optional<bool> keep_bn_fp32, std::optional<DType> cast_model_type,
                        py::object eval_network, const std::string& boost_level) {
@@ -125,13 +125,15 @@ void bind_model(Modules& m) {
                                    .keep_batchnorm_fp32 = keep_bn_fp32,
                                    .loss_scale_manager = manager_arg(manager),
                                    .dtype = cast_model_type};
-             return std::make_shared<train::Model>(network, loss_fn, optimizer, std::move(o));
+             // Without an optimizer: eval and predict only (train refuses), as MindSpore's Model.
+             if (!optimizer) return std::make_shared<train::Model>(network, loss_fn, std::move(o));
+             return std::make_shared<train::Model>(network, loss_fn, *optimizer, std::move(o));
            }),
-           "network"_a, "loss_fn"_a, "optimizer"_a, "metrics"_a = py::none(), "amp_level"_a = "O0",
-           "loss_scale_manager"_a = py::ellipsis(), "keep_batchnorm_fp32"_a = py::none(),
-           "cast_model_type"_a = py::none(), "eval_network"_a = py::none(), "boost_level"_a = "O0",
-           py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>(),
-           py::keep_alive<1, 5>())
+           "network"_a, "loss_fn"_a, "optimizer"_a = py::none(), "metrics"_a = py::none(),
+           "amp_level"_a = "O0", "loss_scale_manager"_a = py::ellipsis(),
+           "keep_batchnorm_fp32"_a = py::none(), "cast_model_type"_a = py::none(),
+           "eval_network"_a = py::none(), "boost_level"_a = "O0", py::keep_alive<1, 2>(),
+           py::keep_alive<1, 3>(), py::keep_alive<1, 4>(), py::keep_alive<1, 5>())
       .def(
           "train",
           [](train::Model& model, int64_t epoch, const dataset::Dataset& train_dataset,

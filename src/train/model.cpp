@@ -21,13 +21,6 @@
 namespace mixprec::train {
 
 namespace {
-// Where the Model runs: the context's device when it is a GPU (set_context), else where the
-// network's parameters are (the CPU, unless the caller moved them).
-Device model_device(const amp::TrainOneStepCell& step) {
-  const Device context = get_context().device;
-  return context.is_cuda() ? context : step.device();
-}
-
 // Batches onto the device: through pinned staging on a GPU (images and labels each their own
 // pair of buffers, so one batch's upload overlaps the previous step), as they are on the CPU.
 class BatchUpload {
@@ -47,19 +40,48 @@ class BatchUpload {
 };
 }  // namespace
 
+// Where the Model runs: the context's device when it is a GPU (set_context), else where the
+// network's parameters are (the CPU, unless the caller moved them).
+Device Model::device() const {
+  const Device context = get_context().device;
+  if (context.is_cuda()) return context;
+  if (train_net_) return train_net_->device();
+  const std::vector<nn::NamedTensor> params = network_.parameters_and_names();
+  return params.empty() ? Device::cpu() : params.front().second.device();
+}
+
 void Model::place() {
-  const Device device = model_device(*train_net_);
-  if (train_net_->device() != device) train_net_->to(device);
+  const Device d = device();
+  if (train_net_ && train_net_->device() != d) train_net_->to(d);
+  if (!train_net_) network_.to(d);  // nothing when the parameters are there already
 }
 
 Model::Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options)
-    : network_(network), loss_fn_(loss_fn), optimizer_(optimizer), options_(std::move(options)) {
+    : network_(network), loss_fn_(loss_fn), optimizer_(&optimizer), options_(std::move(options)) {
   amp::BuildOptions b;
   b.keep_batchnorm_fp32 = options_.keep_batchnorm_fp32;
   b.cast_model_type = options_.dtype;
   b.loss_scale_manager = options_.loss_scale_manager;
   b.step = options_.step;
-  train_net_ = amp::build_train_network(network_, optimizer_, loss_fn_, options_.amp_level, b);
+  train_net_ = amp::build_train_network(network_, optimizer, loss_fn_, options_.amp_level, b);
+}
+
+Model::Model(nn::Cell& network, nn::Cell& loss_fn, ModelOptions options)
+    : network_(network), loss_fn_(loss_fn), optimizer_(nullptr), options_(std::move(options)) {
+  // The level's casts as build_train_network applies them; no manager, no step.
+  const amp::Level level = amp::parse_amp_level(options_.amp_level);
+  const DType low = options_.dtype.value_or(amp::default_low_dtype());
+  MIXPREC_CHECK(is_low_precision(low) || low == DType::f32,
+                "Model: dtype must be f16, bf16 or f32, got ", dtype_name(low));
+  if (level != amp::Level::O0)
+    amp::auto_mixed_precision(network_, level, low,
+                              options_.keep_batchnorm_fp32.value_or(level == amp::Level::O2));
+}
+
+amp::TrainOneStepCell& Model::train_network() {
+  MIXPREC_CHECK(train_net_ != nullptr, "Model: this Model has no train step (it was built without an optimizer)",
+                Hint{"build it with an optimizer: Model(network, loss_fn, optimizer, options)"});
+  return *train_net_;
 }
 
 void Model::set_position(int64_t epoch, int64_t batch, int64_t global_step) {
@@ -77,6 +99,8 @@ void Model::train(int64_t epochs, const dataset::Dataset& ds, std::vector<Callba
                     options.start_batch <= ds.num_batches(),
                 "Model.train: resume position (epoch ", options.initial_epoch, ", batch ",
                 options.start_batch, ") is outside ", epochs, " epochs of ", ds.num_batches(), " batches");
+  MIXPREC_CHECK(train_net_ != nullptr, "Model.train: this Model was built without an optimizer",
+                Hint{"build it with one: Model(network, loss_fn, optimizer, options)"});
   amp::TrainOneStepCell& step = *train_net_;
   place();
   BatchUpload upload(step.device());
@@ -161,7 +185,7 @@ std::map<std::string, double> Model::eval(const dataset::Dataset& ds) {
   }
   const bool was_training = network_.training();
   place();
-  BatchUpload upload(train_net_->device());
+  BatchUpload upload(device());
   network_.set_train(false);
   NoGradGuard ng;
   // On a GPU the metrics read the logits and the loss copied back to the host (with the batch's
@@ -178,7 +202,8 @@ std::map<std::string, double> Model::eval(const dataset::Dataset& ds) {
   };
   // Data parallel: rank r evaluates batches r, r + n, ... (the very batches one process would),
   // or its own shard of a sharded dataset, and the metrics' sums are added up over the ranks.
-  const int n = train_net_->grad_reducer() ? communication::get_group_size() : 1;
+  const bool parallel = train_net_ ? train_net_->grad_reducer() != nullptr : is_data_parallel();
+  const int n = parallel ? communication::get_group_size() : 1;
   bool summable = n > 1;
   for (auto& [name, m] : options_.metrics) summable &= !m->sums().empty();
   if (summable && ds.num_shards() == 1) {
@@ -222,7 +247,7 @@ Tensor Model::predict(const Tensor& x) {
   place();
   network_.set_train(false);
   NoGradGuard ng;
-  Tensor out = network_(x.to(train_net_->device()));
+  Tensor out = network_(x.to(device()));
   network_.set_train(was_training);
   return ops::amp_cast(out, DType::f32);
 }

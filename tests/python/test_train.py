@@ -47,6 +47,22 @@ def test_model_trains_with_python_callbacks_and_evaluates(fashion_mnist):
     assert model.eval(small_data(fashion_mnist, 640))["Accuracy"] > 0.6
 
 
+def test_model_without_an_optimizer_evaluates_and_refuses_to_train(fashion_mnist):
+    # MindSpore's Model(network, loss_fn, metrics=...) with no optimizer: eval and predict only.
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Flatten(), nn.Dense(784, 64, activation='relu'), nn.Dense(64, 10))
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction='mean')
+    trained = Model(net, loss_fn, nn.Momentum(net.trainable_params(), 0.01, 0.9),
+                    metrics={"Accuracy": nn.Accuracy()}, amp_level="O2")
+    trained.train(1, small_data(fashion_mnist, 640))
+    want = trained.eval(small_data(fashion_mnist, 640))["Accuracy"]
+    model = Model(net, loss_fn, metrics={"Accuracy": nn.Accuracy(), "Loss": nn.Loss()})
+    got = model.eval(small_data(fashion_mnist, 640))
+    assert got["Accuracy"] == want and got["Loss"] > 0
+    with pytest.raises(ms.Error, match="without an optimizer"):
+        model.train(1, small_data(fashion_mnist, 640))
+
+
 def test_callbacks_say_whether_they_may_lag():
     # Callback.may_lag: False unless a callback reads only its RunContext (then Model.train lets a
     # GPU's steps run ahead of the hooks); the C++ monitors say True, a Python subclass can too.

@@ -91,13 +91,16 @@ TEST(Model, AmpLevelAppliesFromConstructionToPredictAndEval) {
     std::map<std::string, double> metrics;
     std::vector<OpRecord> records;
   };
-  auto run = [&](const char* level, bool train_first) {
+  // with_optimizer false: the eval-only Model (no train step); the same level, the same results.
+  auto run = [&](const char* level, bool train_first, bool with_optimizer = true) {
     manual_seed(1);
     auto net = nn::make_model("lenet");
     nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
     nn::Momentum opt(net->trainable_params(), 0.01, 0.9);
-    train::Model model(*net, loss_fn, opt,
-                       {.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}}, .amp_level = level});
+    const train::ModelOptions options{.metrics = {{"Accuracy", nn::Accuracy()}, {"Loss", nn::Loss()}},
+                                      .amp_level = level};
+    train::Model model = with_optimizer ? train::Model(*net, loss_fn, opt, options)
+                                        : train::Model(*net, loss_fn, options);
     if (train_first) model.train(1, synthetic(64, 5), {}, {.max_steps = 1});
     io::load_param_into_net(*net, io::load_checkpoint(path), {.strict = true});
     Result r;
@@ -111,7 +114,13 @@ TEST(Model, AmpLevelAppliesFromConstructionToPredictAndEval) {
   const Result before = run("O2", false);
   const Result after = run("O2", true);
   const Result fp32 = run("O0", false);
+  const Result eval_only = run("O2", false, /*with_optimizer=*/false);
+  const Result eval_only_fp32 = run("O0", false, /*with_optimizer=*/false);
   std::filesystem::remove(path);
+  EXPECT_EQ(eval_only.out.to_vector<float>(), before.out.to_vector<float>());
+  EXPECT_EQ(eval_only.metrics, before.metrics);
+  EXPECT_EQ(eval_only_fp32.out.to_vector<float>(), fp32.out.to_vector<float>());
+  EXPECT_EQ(eval_only_fp32.metrics, fp32.metrics);
   int low_ops = 0;
   for (const OpRecord& r : before.records) {
     if (r.op != OpId::conv2d && r.op != OpId::linear) continue;
@@ -123,6 +132,22 @@ TEST(Model, AmpLevelAppliesFromConstructionToPredictAndEval) {
   EXPECT_EQ(before.out.to_vector<float>(), after.out.to_vector<float>());
   EXPECT_EQ(before.metrics, after.metrics);
   EXPECT_NE(before.out.to_vector<float>(), fp32.out.to_vector<float>()) << "O2 must differ from fp32";
+}
+
+// A Model built without an optimizer evaluates and predicts, and refuses to train, naming the fix.
+TEST(Model, WithoutAnOptimizerRefusesToTrain) {
+  auto net = nn::make_model("lenet");
+  nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
+  train::Model model(*net, loss_fn, {.metrics = {{"Accuracy", nn::Accuracy()}}, .amp_level = "O2"});
+  EXPECT_EQ(model.predict(synthetic(32, 3).get_batch(0, 0).image).dtype(), DType::f32);
+  try {
+    model.train(1, synthetic(64, 5));
+    FAIL() << "train() without an optimizer must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without an optimizer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Model(network, loss_fn, optimizer"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)model.train_network(), Error);
 }
 
 // The Model route's O0 keeps a network's own AMP configuration (MindSpore: O0 changes nothing),

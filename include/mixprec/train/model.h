@@ -47,6 +47,10 @@ class Model {
   // Applies options.amp_level to `network` now (amp::build_train_network; at O0 the network's
   // own AMP configuration, if any, is kept).
   Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, ModelOptions options = {});
+  // For eval() and predict() only (MindSpore's Model without an optimizer): applies
+  // options.amp_level to `network` as the constructor above does, builds no train step; train()
+  // and train_network() refuse. options.loss_scale_manager and options.step are not used.
+  Model(nn::Cell& network, nn::Cell& loss_fn, ModelOptions options = {});
 
   void train(int64_t epochs, const dataset::Dataset& train_dataset,
              std::vector<CallbackHandle> callbacks = {}, TrainOptions options = {});
@@ -56,7 +60,8 @@ class Model {
   // Network output in eval mode (fp32 at every AMP level), on the network's device.
   Tensor predict(const Tensor& x);
 
-  amp::TrainOneStepCell& train_network() { return *train_net_; }
+  // The train step (refused by a Model built without an optimizer).
+  amp::TrainOneStepCell& train_network();
   nn::Cell& network() { return network_; }
   const ModelOptions& options() const { return options_; }
   // Where training stopped: the next (epoch, batch) to run, and steps run so far.
@@ -66,12 +71,13 @@ class Model {
   void set_position(int64_t epoch, int64_t batch, int64_t global_step);
 
  private:
-  void place();  // the network and the step's state onto the Model's device (model.cpp)
+  Device device() const;  // where the Model runs (model.cpp)
+  void place();           // the network and the step's state onto that device
   void reduce_metric_sums();
   static void check_sharding(const dataset::Dataset& ds, int group_size);
   nn::Cell& network_;
   nn::Cell& loss_fn_;
-  optim::Optimizer& optimizer_;
+  optim::Optimizer* optimizer_;  // null: eval and predict only
   ModelOptions options_;
   std::shared_ptr<amp::TrainOneStepCell> train_net_;
   int64_t next_epoch_ = 0, next_batch_ = 0, global_step_ = 0;
