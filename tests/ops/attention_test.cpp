@@ -348,7 +348,9 @@ TEST(Attention, FusedResultsDoNotDependOnTheThreadCount) {
     return m;
   }();
   const Tensor mask = Tensor::from_vector<uint8_t>(keep, {300, 300}, DType::boolean);
+  // With B * H >= 64 each unit is a whole slice (one group: dq finished by the unit).
   for (auto [shape, d, m] : {std::tuple{Shape{2, 3, 70, 32}, DType::f32, false},
+                             std::tuple{Shape{16, 4, 70, 16}, DType::bf16, false},
                              std::tuple{Shape{1, 1, 300, 32}, DType::f32, false},
                              std::tuple{Shape{1, 1, 300, 24}, DType::bf16, true}})
     for (bool causal : {false, true}) {
@@ -408,6 +410,7 @@ TEST(Attention, FusedKernelGivesTheSameBitsOnEveryIsa) {
   for (DType d : {DType::f32, DType::bf16, DType::f16})
     for (auto [lq, lk, dh, dv] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{45, 77, 24, 40},
                                   {1, 130, 32, 32},
+                                  {33, 50, 32, 32},
                                   {70, 70, 16, 16}})
       for (int variant = 0; variant < 4; ++variant) {
         ops::AttentionParams prm;

@@ -210,8 +210,9 @@ void bwd_nan_rows(const Geometry& g, const AttentionBwdProblem& p, int64_t b, in
   }
 }
 
-// Units: (b, h, group of key tiles). Slices run in waves whose dQ shares fit kScratchFloats; in a
-// wave, every unit first, then the sum of each slice's shares.
+// Units: (b, h, group of key tiles). With one group per (b, h) a unit finishes its dq at once
+// from a per-thread share; else slices run in waves whose shares fit scratch_floats: in a wave,
+// every unit first, then the sum of each slice's shares.
 template <class T>
 void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats) {
   const Geometry g = geometry(p.q, p.k, p.v, p.params);
@@ -221,38 +222,50 @@ void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floa
   const int64_t per_group = (tiles + want - 1) / want;
   const int64_t groups = (tiles + per_group - 1) / per_group;
   const int64_t share = std::max<int64_t>(1, g.Lq * g.Dp);
-  const int64_t wave = std::clamp<int64_t>(scratch_floats / (groups * share), 1, slices);
-  const std::unique_ptr<float[]> parts(new float[static_cast<size_t>(wave * groups * share)]);
   const Rows<T> dq(p.dq);
+  const bool avx512 = isa == simd::Isa::avx512;
+  auto unit = [&](BwdBuffers& w, int64_t s, int64_t group, float* part) {
+    const int64_t t0 = group * per_group, t1 = std::min(tiles, t0 + per_group);
+    return avx512 ? tiles_avx512::bwd_unit<T>(g, w, p, s / g.H, s % g.H, t0, t1, part)
+                  : tiles_avx2::bwd_unit<T>(g, w, p, s / g.H, s % g.H, t0, t1, part);
+  };
+  auto finish = [&](int64_t s, const float* parts, float* row) {
+    if (avx512)
+      tiles_avx512::bwd_finish(g, dq, parts, groups, s / g.H, s % g.H, row);
+    else
+      tiles_avx2::bwd_finish(g, dq, parts, groups, s / g.H, s % g.H, row);
+    bwd_nan_rows<T>(g, p, s / g.H, s % g.H);
+  };
   int64_t bad = 0;
-  for (int64_t s0 = 0; s0 < slices; s0 += wave) {
+  if (groups == 1) {
+#pragma omp parallel reduction(+ : bad) if (slices > 1)
+    {
+      BwdBuffers w(g);
+      std::vector<float> part(share), row(g.Dp);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t s = 0; s < slices; ++s) {
+        bad += unit(w, s, 0, part.data());
+        finish(s, part.data(), row.data());
+      }
+    }
+  }
+  const int64_t wave = std::clamp<int64_t>(scratch_floats / (groups * share), 1, slices);
+  const std::unique_ptr<float[]> parts(
+      groups == 1 ? nullptr : new float[static_cast<size_t>(wave * groups * share)]);
+  for (int64_t s0 = 0; s0 < slices && groups > 1; s0 += wave) {
     const int64_t n = std::min(wave, slices - s0), units = n * groups;
 #pragma omp parallel reduction(+ : bad) if (units > 1)
     {
       BwdBuffers w(g);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t s = s0 + u / groups, t0 = u % groups * per_group;
-        const int64_t t1 = std::min(tiles, t0 + per_group);
-        float* part = parts.get() + u * share;
-        bad += isa == simd::Isa::avx512
-                   ? tiles_avx512::bwd_unit<T>(g, w, p, s / g.H, s % g.H, t0, t1, part)
-                   : tiles_avx2::bwd_unit<T>(g, w, p, s / g.H, s % g.H, t0, t1, part);
-      }
+      for (int64_t u = 0; u < units; ++u)
+        bad += unit(w, s0 + u / groups, u % groups, parts.get() + u * share);
     }
 #pragma omp parallel if (n > 1)
     {
       std::vector<float> row(g.Dp);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < n; ++u) {
-        const int64_t s = s0 + u, b = s / g.H, h = s % g.H;
-        const float* part = parts.get() + u * groups * share;
-        if (isa == simd::Isa::avx512)
-          tiles_avx512::bwd_finish(g, dq, part, groups, b, h, row.data());
-        else
-          tiles_avx2::bwd_finish(g, dq, part, groups, b, h, row.data());
-        bwd_nan_rows<T>(g, p, b, h);
-      }
+      for (int64_t u = 0; u < n; ++u) finish(s0 + u, parts.get() + u * groups * share, row.data());
     }
   }
   if (p.params.softmax_nonfinite) *p.params.softmax_nonfinite += bad;
