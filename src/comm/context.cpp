@@ -162,7 +162,8 @@ std::string shown(const std::string& value) { return value.empty() ? "''" : valu
 std::vector<JobSetting> numerics_environment() {
   std::vector<JobSetting> out;
   for (const char* name :
-       {"MIXPREC_ISA", "MIXPREC_KERNEL_CHOICE", "MIXPREC_GRAPH_FUSE", "MIXPREC_DISABLE_KERNELS"}) {
+       {"MIXPREC_ISA", "MIXPREC_KERNEL_CHOICE", "MIXPREC_GRAPH_FUSE", "MIXPREC_DISABLE_KERNELS",
+        "MIXPREC_DETERMINISTIC"}) {
     const char* v = std::getenv(name);
     out.push_back({name, v && *v ? v : "unset"});
   }
