@@ -322,13 +322,20 @@ py::tuple call_and_differentiate(const py::function& fn, const py::args& args,
   return py::make_tuple(out, grads);
 }
 
+// value_and_grad's and grad's weights, with the positions checked against them at definition.
+std::vector<Tensor> checked_grad_weights(const py::object& grad_position,
+                                         const py::object& weights) {
+  std::vector<Tensor> w =
+      weights.is_none() ? std::vector<Tensor>{} : tensor_list_arg(weights, "weights");
+  detail::check_grad_spec(positions_arg(grad_position), w);
+  return w;
+}
+
 void bind_autodiff(Modules& m) {
   m.root.def(
       "value_and_grad",
       [](py::function fn, py::object grad_position, py::object weights, bool has_aux) {
-        const std::vector<Tensor> w =
-            weights.is_none() ? std::vector<Tensor>{} : tensor_list_arg(weights, "weights");
-        detail::check_grad_spec(positions_arg(grad_position), w);
+        const std::vector<Tensor> w = checked_grad_weights(grad_position, weights);
         return py::cpp_function([fn, grad_position, w, has_aux](py::args args) {
           return call_and_differentiate(fn, args, grad_position, w, has_aux);
         });
@@ -339,9 +346,7 @@ void bind_autodiff(Modules& m) {
   m.root.def(
       "grad",
       [](py::function fn, py::object grad_position, py::object weights, bool has_aux) {
-        const std::vector<Tensor> w =
-            weights.is_none() ? std::vector<Tensor>{} : tensor_list_arg(weights, "weights");
-        detail::check_grad_spec(positions_arg(grad_position), w);
+        const std::vector<Tensor> w = checked_grad_weights(grad_position, weights);
         return py::cpp_function([fn, grad_position, w, has_aux](py::args args) -> py::object {
           const py::tuple r = call_and_differentiate(fn, args, grad_position, w, has_aux);
           if (!has_aux) return r[1];

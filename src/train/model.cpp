@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <deque>
 
+#include "amp/apply_level.h"
 #include "mixprec/comm/collectives.h"
 #include "mixprec/comm/communication.h"
 #include "mixprec/context.h"
@@ -69,13 +70,8 @@ Model::Model(nn::Cell& network, nn::Cell& loss_fn, optim::Optimizer& optimizer, 
 Model::Model(nn::Cell& network, nn::Cell& loss_fn, ModelOptions options)
     : network_(network), loss_fn_(loss_fn), optimizer_(nullptr), options_(std::move(options)) {
   // The level's casts as build_train_network applies them; no manager, no step.
-  const amp::Level level = amp::parse_amp_level(options_.amp_level);
-  const DType low = options_.dtype.value_or(amp::default_low_dtype());
-  MIXPREC_CHECK(is_low_precision(low) || low == DType::f32,
-                "Model: dtype must be f16, bf16 or f32, got ", dtype_name(low));
-  if (level != amp::Level::O0)
-    amp::auto_mixed_precision(network_, level, low,
-                              options_.keep_batchnorm_fp32.value_or(level == amp::Level::O2));
+  (void)amp::detail::apply_level(network_, options_.amp_level, options_.dtype,
+                                 options_.keep_batchnorm_fp32, "Model: dtype");
 }
 
 amp::TrainOneStepCell& Model::train_network() {

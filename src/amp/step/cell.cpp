@@ -3,6 +3,7 @@
 #include <map>
 #include <utility>
 
+#include "amp/apply_level.h"
 #include "amp/step/step.h"
 #include "mixprec/autograd/autograd.h"
 #include "mixprec/comm/communication.h"
@@ -156,19 +157,28 @@ void TrainOneStepCell::check_ranks(const std::string& when) const {
   comm::check_same_on_all_ranks(rank_check_entries(), when);
 }
 
+namespace detail {
+AppliedLevel apply_level(nn::Cell& network, std::string_view level_name,
+                         std::optional<DType> cast_model_type,
+                         std::optional<bool> keep_batchnorm_fp32, std::string_view what) {
+  const Level level = parse_amp_level(level_name);
+  const DType low = cast_model_type.value_or(default_low_dtype());
+  MIXPREC_CHECK(is_low_precision(low) || low == DType::f32, what, " must be f16, bf16 or f32, got ",
+                dtype_name(low));
+  if (level != Level::O0)
+    auto_mixed_precision(network, level, low, keep_batchnorm_fp32.value_or(level == Level::O2));
+  return {level, low};
+}
+}  // namespace detail
+
 std::shared_ptr<TrainOneStepCell> build_train_network(nn::Cell& network,
                                                       optim::Optimizer& optimizer,
                                                       nn::Cell& loss_fn,
                                                       std::string_view level_name,
                                                       BuildOptions options) {
-  const Level level = parse_amp_level(level_name);
-  const DType low = options.cast_model_type.value_or(default_low_dtype());
-  MIXPREC_CHECK(is_low_precision(low) || low == DType::f32,
-                "build_train_network: cast_model_type must be "
-                "f16, bf16 or f32, got ",
-                dtype_name(low));
-  const bool keep_bn = options.keep_batchnorm_fp32.value_or(level == Level::O2);
-  if (level != Level::O0) auto_mixed_precision(network, level, low, keep_bn);
+  const auto [level, low] =
+      detail::apply_level(network, level_name, options.cast_model_type, options.keep_batchnorm_fp32,
+                          "build_train_network: cast_model_type");
 
   Handle<LossScaleManager> manager;
   if (options.loss_scale_manager)
