@@ -2,7 +2,7 @@
 # Training speed of a SimpleNet defined in Python (the seed's class, subclassing nn.Cell) against
 # the C++ zoo SimpleNet, both through mixprec.train.Model at batch 64, amp_level O2 with the
 # seed's FixedLossScaleManager(1024), on Fashion-MNIST. The runs alternate in one process and the
-# ratio of median step times is printed (issue 17 asks for >= 0.8). Not run by ctest.
+# ratio of median step times is printed (issue 28 asks for >= 0.95 with no layout hint). Not run by ctest.
 # Usage: PYTHONPATH=build/python OMP_NUM_THREADS=2 /usr/bin/python3 bench/python_simplenet.py [--steps N] [--rounds R]
 import argparse
 import statistics
@@ -15,10 +15,11 @@ from mixprec.train import Model
 from mixprec.train.loss_scale_manager import FixedLossScaleManager
 
 
-class SimpleNet(nn.Cell):  # the seed's, as written there
-    def __init__(self, memory_format="channels_last"):
+class SimpleNet(nn.Cell):  # the seed's, as written there (memory_format: a layout forced, for comparison)
+    def __init__(self, memory_format=None):
         super(SimpleNet, self).__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, pad_mode='valid', weight_init=Normal(0.02), memory_format=memory_format)
+        layout = {} if memory_format is None else {"memory_format": memory_format}
+        self.conv1 = nn.Conv2d(1, 32, 3, pad_mode='valid', weight_init=Normal(0.02), **layout)
         self.relu = nn.ReLU()
         self.flatten = nn.Flatten()
         self.fc = nn.Dense(32 * 26 * 26, 10)
@@ -54,12 +55,13 @@ def main():
     data = ms.dataset.FashionMnistDataset(a.data, usage="train", num_samples=64 * (a.steps + 5))
     data = data.map(operations=[v.Rescale(1.0 / 255, 0), v.HWC2CHW()], input_columns="image").batch(64, drop_remainder=True)
     # The seed's layers in a SequentialCell run with no Python in the step: beside the seed's
-    # class, it separates what Python costs from what the conv's channels-last output costs.
+    # class, it separates what Python costs from what the layout costs. The forced channels-last
+    # row is what the seed's class cost before the library chose conv layouts itself.
     seq = lambda: nn.SequentialCell(nn.Conv2d(1, 32, 3, pad_mode='valid', weight_init=Normal(0.02)), nn.ReLU(),
                                     nn.Flatten(), nn.Dense(32 * 26 * 26, 10))
     variants = {"C++ zoo SimpleNet": ms.zoo.SimpleNet,
-                "Python SimpleNet (memory_format='contiguous')": lambda: SimpleNet("contiguous"),
                 "Python SimpleNet (seed, as written)": SimpleNet,
+                "Python SimpleNet (memory_format='channels_last')": lambda: SimpleNet("channels_last"),
                 "SequentialCell of the seed's layers (no Python)": seq}
     times = {name: [] for name in variants}
     for _ in range(a.rounds):

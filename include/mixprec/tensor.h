@@ -68,6 +68,10 @@ struct TensorImpl {
   // tensor: the id of the cell call it happened in (ops/autocast.h, "the explicit-cast rule").
   // 0 when AMP may choose the dtype.
   uint64_t explicit_dtype_scope = 0;
+  // The convolution (a site of ops/layout_choice.h) whose channels-last output this tensor is or
+  // derives from element-wise; 0 for every other tensor. Lets the library choose that
+  // convolution's output layout from where its output goes.
+  uint32_t layout_site = 0;
 };
 
 class Tensor {

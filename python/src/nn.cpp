@@ -74,10 +74,11 @@ void cell_setattr(const py::object& self, const py::str& name, const py::object&
 py::object tensor_or_none(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
 ops::MemoryFormat memory_format_arg(const std::string& s) {
+  if (s == "any") return ops::MemoryFormat::any;
   if (s == "channels_last") return ops::MemoryFormat::channels_last;
   if (s == "contiguous") return ops::MemoryFormat::contiguous;
-  throw py::value_error("Conv2d: memory_format must be 'channels_last' or 'contiguous', got '" + s +
-                        "'");
+  throw py::value_error(
+      "Conv2d: memory_format must be 'any', 'channels_last' or 'contiguous', got '" + s + "'");
 }
 
 ops::Activation activation_arg(const py::object& a) {
@@ -172,7 +173,7 @@ void bind_conv_dense(Modules& m) {
            "in_channels"_a, "out_channels"_a, "kernel_size"_a, "stride"_a = 1,
            "pad_mode"_a = "same", "padding"_a = 0, "dilation"_a = 1, "group"_a = 1,
            "has_bias"_a = false, "weight_init"_a = py::none(), "bias_init"_a = py::none(),
-           "data_format"_a = "NCHW", "memory_format"_a = "channels_last")
+           "data_format"_a = "NCHW", "memory_format"_a = "any")
       .def_readonly("weight", &nn::Conv2d::weight)
       .def_property_readonly("bias", [](const nn::Conv2d& c) { return tensor_or_none(c.bias); });
   CellClass<nn::Dense>(m.nn, "Dense")

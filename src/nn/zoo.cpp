@@ -7,12 +7,10 @@
 
 namespace mixprec::nn {
 
-// conv1's output is kept contiguous (NCHW): Flatten then views it for free.
+// The seed's SimpleNet, layer for layer, with no layout hint: the library finds that conv1's
+// output is flattened and writes it row-major (ops::MemoryFormat::any).
 SimpleNet::SimpleNet()
-    : conv1(1, 32, 3,
-            {.pad_mode = PadMode::valid,
-             .weight_init = init::Normal(0.02),
-             .memory_format = ops::MemoryFormat::contiguous}),
+    : conv1(1, 32, 3, {.pad_mode = PadMode::valid, .weight_init = init::Normal(0.02)}),
       fc(32 * 26 * 26, 10) {
   register_cell("conv1", conv1);
   register_cell("relu", relu);

@@ -18,8 +18,7 @@ static void add_blocks(SequentialCell& blocks, int n, int64_t width, int64_t hea
 }
 
 VitTiny::VitTiny()
-    : patch(1, 64, 4, {.stride = {4, 4}, .pad_mode = PadMode::valid, .has_bias = true,
-                       .memory_format = ops::MemoryFormat::contiguous}),
+    : patch(1, 64, 4, {.stride = {4, 4}, .pad_mode = PadMode::valid, .has_bias = true}),
       pos(50, 64), norm({64}, 1e-5), head(64, 10) {
   register_cell("patch", patch);
   cls_token = register_parameter("cls_token", init::initialize(init::Normal(0.02), {1, 1, 64}));

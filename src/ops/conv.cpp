@@ -5,6 +5,7 @@
 #include "ops/conv_problem.h"
 #include "ops/dispatch.h"
 #include "ops/layout.h"
+#include "ops/layout_choice.h"
 #include "ops/op_common.h"
 
 namespace mixprec::ops {
@@ -150,9 +151,10 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   MIXPREC_CHECK(o.activation == Activation::none || o.activation == Activation::relu,
                 "conv2d: unsupported fused activation");
   // Channels-last by default: the layout oneDNN's fast CPU kernels (and ours) take without
-  // reorders, which the ops downstream keep. Contiguous on request (before a Flatten).
-  const ImageLayout layout =
-      o.output_format == MemoryFormat::contiguous ? ImageLayout::nchw : ImageLayout::nhwc;
+  // reorders, which the ops downstream keep. Contiguous on request, or where the library has
+  // seen a Flatten transpose this convolution's output (ops/layout_choice.h).
+  uint32_t site = 0;
+  const ImageLayout layout = conv_output_layout(o.output_format, x, w, g, &site);
   ConvFwdProblem p{to_image(x, layout),
                    to_image(w, ImageLayout::nchw),
                    b.defined() ? b.detach().contiguous() : Tensor(),
@@ -161,6 +163,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
                    o.activation == Activation::relu};
   dispatch(OpId::conv2d, "forward", p);
   Tensor y = p.y;
+  mark_layout_site(y, site);
   if (autograd::needs_grad({&x, &w, &b})) {
     auto s = std::make_shared<ConvSaved>();
     *s = ConvSaved{g,

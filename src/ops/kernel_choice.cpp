@@ -235,13 +235,14 @@ std::string cache_path() {
   return "";
 }
 
-std::optional<Choice> lookup(const std::string& sig) {
+std::optional<Choice> lookup(const std::string& sig, bool with_file) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   for (const Table* t : {&s.pinned, &s.mine}) {
     const auto it = t->find(sig);
     if (it != t->end()) return it->second;
   }
+  if (!with_file) return std::nullopt;
   load_locked(s);
   const auto it = s.file.find(sig);
   if (it != s.file.end()) return it->second;

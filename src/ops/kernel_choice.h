@@ -56,8 +56,9 @@ struct Choice {
   bool chosen() const { return pinned || !seconds.empty(); }
 };
 
-// The choice for `sig`: pinned first (pin), then this process's, then the cache file's (read once).
-std::optional<Choice> lookup(const std::string& sig);
+// The choice for `sig`: pinned first (pin), then this process's, then (unless with_file is false)
+// the cache file's (read once).
+std::optional<Choice> lookup(const std::string& sig, bool with_file = true);
 // Records a measured choice for this process and merges it into the cache file.
 void store(const std::string& sig, const Choice& c);
 // Choices that win over every other source (a resumed run's, from its checkpoint).

@@ -7,6 +7,7 @@
 #include "core/tensor_raw.h"
 #include "mixprec/ops/numerics.h"
 #include "ops/cast_cache.h"
+#include "ops/layout_choice.h"
 #include "ops/op_common.h"
 
 namespace mixprec {
@@ -18,6 +19,7 @@ using namespace detail;
 Tensor reshape(const Tensor& x, const Shape& shape) {
   const Shape target = mixprec::detail::infer_reshape(shape, x.numel());
   std::optional<Tensor> v = mixprec::detail::raw_try_view(x, target);
+  if (!v) note_row_major_copy(x);
   Tensor out = v ? *v : mixprec::detail::raw_view(mixprec::detail::raw_copy(x, x.dtype()), target);
   carry_explicit_dtype({&x}, out);
   if (autograd::needs_grad({&x})) {

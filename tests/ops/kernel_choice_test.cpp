@@ -15,6 +15,7 @@
 
 #include "mixprec/ops/ops.h"
 #include "mixprec/version.h"  // MIXPREC_WITH_ONEDNN
+#include "cache_dir.h"
 #include "op_test_util.h"
 #include "ops/dispatch.h"
 #include "ops/kernel_choice.h"
@@ -26,42 +27,8 @@ using ops::KernelChoice;
 using ops::KernelChoiceScope;
 namespace choice = ops::choice;
 
-// A fresh cache folder for one test, in MIXPREC_CACHE_DIR while alive; the process's table is
-// forgotten on entry and exit.
-class CacheDir {
- public:
-  CacheDir()
-      : path_(fs::temp_directory_path() /
-              ("mixprec-kc-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
-    fs::remove_all(path_);
-    const char* old = std::getenv("MIXPREC_CACHE_DIR");
-    if (old) saved_ = old;
-    ::setenv("MIXPREC_CACHE_DIR", path_.c_str(), 1);
-    choice::reset_for_testing();
-  }
-  ~CacheDir() {
-    choice::reset_for_testing();
-    if (saved_)
-      ::setenv("MIXPREC_CACHE_DIR", saved_->c_str(), 1);
-    else
-      ::unsetenv("MIXPREC_CACHE_DIR");
-    fs::remove_all(path_);
-  }
-  fs::path file() const { return path_ / "kernels.json"; }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-  std::optional<std::string> saved_;
-};
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::CacheDir;
+using testing::read_text;
 
 // bf16 GEMMs that several kernels accept on every x86 CPU (oneDNN native or through f32). A
 // build without oneDNN (-DMIXPREC_WITH_ONEDNN=OFF, the CUDA device build) has one CPU kernel for

@@ -50,9 +50,10 @@ struct Conv2dOptions {
   init::Initializer weight_init = init::HeUniform(std::sqrt(5.0));
   std::optional<init::Initializer> bias_init{};  // default Uniform(1/sqrt(fan_in))
   Activation activation = Activation::none;
-  // Output memory layout (the logical shape is NCHW either way): channels-last for speed, or
-  // contiguous when a Flatten follows.
-  ops::MemoryFormat memory_format = ops::MemoryFormat::channels_last;
+  // Output memory layout (the logical shape is NCHW either way): `any` (the default) lets the
+  // library choose (channels-last, or contiguous once a Flatten is seen to transpose the output:
+  // ops::MemoryFormat); channels_last or contiguous fix it.
+  ops::MemoryFormat memory_format = ops::MemoryFormat::any;
 };
 
 class Conv2d : public Cell {

@@ -62,8 +62,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
 
 enum class PadMode { valid, same, pad };
 // Memory layout of an image tensor's [N, C, H, W] elements. Channels-last is what the fast CPU
-// kernels take; contiguous (NCHW) makes a following Flatten a free view.
-enum class MemoryFormat { channels_last, contiguous };
+// kernels take; contiguous (NCHW) makes a following Flatten a free view. `any` (the default)
+// lets the library choose: channels-last, unless the output is then copied into row-major order
+// by a Flatten, in which case that convolution writes contiguous from its next call on (the
+// rule, and why it changes no value: src/ops/layout_choice.h).
+enum class MemoryFormat { any, channels_last, contiguous };
 struct Conv2dOptions {
   std::array<int64_t, 2> stride{1, 1};
   PadMode pad_mode = PadMode::valid;
@@ -71,11 +74,11 @@ struct Conv2dOptions {
   std::array<int64_t, 2> dilation{1, 1};
   int64_t groups = 1;
   Activation activation = Activation::none;
-  MemoryFormat output_format = MemoryFormat::channels_last;
+  MemoryFormat output_format = MemoryFormat::any;
 };
 // x [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], bias [Cout] or undefined.
 // PadMode::same pads so that out = ceil(in / stride), the extra row/column at the bottom/right.
-// The output is channels-last unless options.output_format says contiguous; x may be either.
+// The output's layout is options.output_format's (see MemoryFormat); x may be either.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
               const Conv2dOptions& options = {});
 
