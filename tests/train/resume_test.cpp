@@ -94,24 +94,34 @@ TEST(Resume, HalfStepsSaveLoadHalfStepsIsBitIdentical) {
 TEST(Resume, BitIdenticalWithMeasuredKernelsEvenWhenTheCacheIsDeleted) {
   // The checkpoint records the kernels its run measured; the resumed run, with an empty cache,
   // pins them instead of measuring again (a new measurement could choose another kernel).
-  const auto dir = std::filesystem::temp_directory_path() / ("mixprec_resume_kc_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  ::setenv("MIXPREC_CACHE_DIR", (dir / "cache").c_str(), 1);
-  ops::KernelChoiceScope measure(ops::KernelChoice::measure);
-  ops::choice::reset_for_testing();
-  const RunResult straight = train("convnet-bn", "O2", 24, "", "");
-  ASSERT_GE(ops::choice::measurements(), 1) << "nothing was measured: the test proves nothing";
-  const auto ckpt = (dir / "kc.safetensors").string();
-  (void)train("convnet-bn", "O2", 13, ckpt, "");
-  std::filesystem::remove_all(dir / "cache");
-  ops::choice::reset_for_testing();  // a new process, its cache gone
-  const RunResult resumed = train("convnet-bn", "O2", 24, "", ckpt);
-  EXPECT_EQ(ops::choice::measurements(), 0) << "the resumed run measured instead of using the checkpoint's kernels";
-  EXPECT_EQ(straight.state, resumed.state);
-  EXPECT_EQ(straight.scale, resumed.scale);
-  ops::choice::reset_for_testing();
-  ::unsetenv("MIXPREC_CACHE_DIR");
-  std::filesystem::remove_all(dir);
+  // SimpleNet also records the layout its conv1 was switched to after the first step (its output
+  // is flattened: ops/layout_choice.h): the resumed run writes that layout from its first step.
+  for (const char* model : {"convnet-bn", "simplenet"}) {
+    SCOPED_TRACE(model);
+    const auto dir = std::filesystem::temp_directory_path() / ("mixprec_resume_kc_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    ::setenv("MIXPREC_CACHE_DIR", (dir / "cache").c_str(), 1);
+    ops::KernelChoiceScope measure(ops::KernelChoice::measure);
+    ops::choice::reset_for_testing();
+    const RunResult straight = train(model, "O2", 24, "", "");
+    ASSERT_GE(ops::choice::measurements(), 1) << "nothing was measured: the test proves nothing";
+    int layouts = 0;
+    for (const auto& [sig, c] : ops::choice::used())
+      if (sig.find("conv2d output layout") != std::string::npos && c.kernel == "contiguous") ++layouts;
+    EXPECT_EQ(layouts, std::string(model) == "simplenet" ? 1 : 0);
+    const auto ckpt = (dir / "kc.safetensors").string();
+    ops::choice::reset_for_testing();
+    (void)train(model, "O2", 13, ckpt, "");
+    std::filesystem::remove_all(dir / "cache");
+    ops::choice::reset_for_testing();  // a new process, its cache gone
+    const RunResult resumed = train(model, "O2", 24, "", ckpt);
+    EXPECT_EQ(ops::choice::measurements(), 0) << "the resumed run measured instead of using the checkpoint's kernels";
+    EXPECT_EQ(straight.state, resumed.state);
+    EXPECT_EQ(straight.scale, resumed.scale);
+    ops::choice::reset_for_testing();
+    ::unsetenv("MIXPREC_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(Resume, RefusesMismatchedRunsWithClearErrors) {
