@@ -1,7 +1,8 @@
 # Cells from Python: a Python-defined SimpleNet and the C++ zoo SimpleNet give bitwise-equal
 # outputs and gradients from the same seed (O0 and O2); attribute assignment registers sub-cells
 # and Parameters; the layers take MindSpore's keywords and compute what numpy says; a wrong
-# keyword is a TypeError naming it; a mixprec error arrives as mixprec.Error with its hint.
+# keyword is a TypeError naming it; a mixprec error arrives as mixprec.Error with its hint; a
+# Conv2d whose output a Flatten transposes writes row-major from its next call, same values.
 import numpy as np
 import pytest
 
@@ -10,10 +11,10 @@ from mixprec import nn, ops
 from mixprec.common.initializer import Normal, initializer
 
 
-class PySimpleNet(nn.Cell):  # the seed's SimpleNet; conv1's output kept contiguous as in the zoo's
+class PySimpleNet(nn.Cell):  # the seed's SimpleNet, as written there (no layout hint, as the zoo's)
     def __init__(self):
         super(PySimpleNet, self).__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, pad_mode='valid', weight_init=Normal(0.02), memory_format='contiguous')
+        self.conv1 = nn.Conv2d(1, 32, 3, pad_mode='valid', weight_init=Normal(0.02))
         self.relu = nn.ReLU()
         self.flatten = nn.Flatten()
         self.fc = nn.Dense(32 * 26 * 26, 10)
@@ -131,3 +132,31 @@ def test_context_accepts_both_modes_and_names_the_device():
     with pytest.raises(ms.Error, match="no CUDA (backend|device)"):
         ms.set_context(device_target="GPU")
     assert ms.get_context("device_target") == "CPU"
+
+
+def row_major(t):
+    """True if t's byte strides are row-major for its shape (dims of size 1 ignored)."""
+    step, ok = t.strides[-1], True
+    for n, stride in zip(reversed(t.shape), reversed(t.strides)):
+        ok = ok and (n == 1 or stride == step)
+        step *= n
+    return ok
+
+
+def test_flattened_conv_output_becomes_row_major_with_the_same_values():
+    rng = np.random.default_rng(5)
+    x = ms.Tensor(rng.random((3, 1, 11, 11), np.float32))
+    conv = nn.Conv2d(1, 6, 3, pad_mode='valid', weight_init=Normal(0.02))
+    first = conv(x)
+    assert not row_major(first), "channels-last until a Flatten says otherwise"
+    flat = nn.Flatten()(nn.ReLU()(first))  # the seed's order: conv, relu, flatten
+    second = conv(x)
+    assert row_major(second), "the library chose row-major for this Conv2d"
+    np.testing.assert_array_equal(first.asnumpy(), second.asnumpy())
+    np.testing.assert_array_equal(flat.asnumpy(), nn.Flatten()(nn.ReLU()(second)).asnumpy())
+    # A layout given explicitly is kept.
+    fixed = nn.Conv2d(1, 6, 3, pad_mode='valid', weight_init=Normal(0.02), memory_format='channels_last')
+    nn.Flatten()(fixed(x))
+    assert not row_major(fixed(x))
+    with pytest.raises(ValueError, match="memory_format must be 'any', 'channels_last' or 'contiguous'"):
+        nn.Conv2d(1, 6, 3, memory_format='nhwc')
