@@ -1,9 +1,10 @@
 // The loss family's problems (softmax_cross_entropy, nll_loss, mse_loss; ops/loss.cpp). Kernels:
-// ref::cross_entropy_*, ref::nll_*, ref::mse_* (the only ones: losses are O(N*C) and memory
-// bound). Invariants the op establishes: every float tensor is contiguous in the compute dtype C
-// (f32, or f64 for f64 inputs); sparse labels are i64 [N], already checked to lie in
-// [0, num_classes). `g` is the incoming gradient, one element (broadcast) or one per loss
-// element, and `factor` the reduction's scale (1/N for mean, else 1).
+// ref::cross_entropy_*, ref::nll_*, ref::mse_*, and cpu::cross_entropy_rows_* for sparse f32
+// cross-entropy (the language models' loss, where libm's exp per logit showed in the step).
+// Invariants the op establishes: every float tensor is contiguous in the compute dtype C (f32, or
+// f64 for f64 inputs); sparse labels are i64 [N], already checked to lie in [0, num_classes). `g`
+// is the incoming gradient, one element (broadcast) or one per loss element, and `factor` the
+// reduction's scale (1/N for mean, else 1).
 #pragma once
 
 #include <array>

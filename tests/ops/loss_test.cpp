@@ -1,14 +1,19 @@
 // Losses: softmax_cross_entropy (sparse and one-hot), nll_loss and mse_loss. Hand-computed
 // values (CE = log(sum exp) - logit), every reduction, gradients by hand and by f64 central
 // differences, large logits, every input dtype against the f64 oracle (the result is always
-// f32), fp32 output under O2, non-contiguous logits, and the label / shape error messages.
+// f32), fp32 output under O2, non-contiguous logits, and the label / shape error messages; the
+// vector kernel for sparse f32 rows against the reference, and the same bits at every width.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
 #include "mixprec/amp/level.h"
 #include "op_test_util.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+#include "ops/ref/kernels.h"
 
 namespace mixprec {
 namespace {
@@ -17,6 +22,8 @@ using testing::gradcheck;
 using testing::random;
 using V = std::vector<Tensor>;
 using ops::Reduction;
+using ops::CrossEntropyBwdProblem;
+using ops::CrossEntropyFwdProblem;
 
 Tensor f32(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, s); }
 Tensor i64(std::vector<int64_t> v) { return Tensor::from_vector<int64_t>(v, {static_cast<int64_t>(v.size())}); }
@@ -191,6 +198,81 @@ TEST(SoftmaxCrossEntropy, ClearErrors) {
 }
 
 // ---------------------------------------------------------------- nll
+
+// The vector rows (cpu::cross_entropy_rows_*) against the reference kernels on the same problem:
+// widths around the 16-partial blocks, ties (the first maximal element, +0 beside -0), NaN,
+// -inf and +inf rows, huge logits and a label at the max; row_max bitwise, loss and gradient
+// within 1e-5 relative (only the exp, within 1.01 ulp, and the order of the sum differ), NaN
+// where the reference has NaN; every ISA this CPU runs gives the same bits.
+TEST(SoftmaxCrossEntropy, VectorRowsMatchTheReferenceWithTheSameBitsAtEveryWidth) {
+  using ops::cpu::simd::Isa;
+  std::vector<Isa> isas{Isa::scalar};
+  if (ops::cpu::simd::best_isa() != Isa::scalar) isas.push_back(Isa::avx2);
+  if (ops::cpu::simd::best_isa() == Isa::avx512) isas.push_back(Isa::avx512);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t c : {1, 2, 7, 15, 16, 17, 31, 33, 256, 1000}) {
+    SCOPED_TRACE("classes " + std::to_string(c));
+    const int64_t n = 40;
+    Tensor logits = ops::mul(random({n, c}, static_cast<uint64_t>(c), DType::f32, -1, 1), 8.0f);
+    float* x = logits.data<float>();
+    std::vector<int64_t> lab(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) lab[static_cast<size_t>(i)] = (i * 7 + 3) % c;
+    const auto row = [&](int64_t i) { return x + i * c; };
+    std::fill(row(0), row(0) + c, 0.25f);                                  // all tied
+    for (int64_t j = 0; j < c; ++j) row(1)[j] = j % 2 ? 0.0f : -0.0f;      // -0 first, then +0
+    row(2)[c / 2] = nan;                                                    // a NaN logit
+    std::fill(row(3), row(3) + c, -inf);                                    // no finite max
+    row(4)[c - 1] = inf;                                                    // +inf
+    std::fill(row(5), row(5) + c, nan);                                     // all NaN
+    for (int64_t j = 0; j < c; ++j) row(6)[j] = j == lab[6] ? 1e30f : -1e30f;  // label at a huge max
+    row(7)[c - 1] = 40.0f;                                                  // the max in the tail
+    const Tensor labels = Tensor::from_vector<int64_t>(lab, {n});
+    const auto fwd = [&] {
+      return CrossEntropyFwdProblem{logits, labels, true, zeros({n}), zeros({n}), zeros({n})};
+    };
+    const CrossEntropyFwdProblem ref_f = fwd();
+    ops::ref::cross_entropy_fwd(ref_f);
+    const Tensor g = random({n}, 99, DType::f32, 0.5, 2);
+    const auto bwd = [&](const CrossEntropyFwdProblem& f) {
+      return CrossEntropyBwdProblem{logits, labels, true, f.row_max, f.row_logsum, g, 0.25, zeros({n, c})};
+    };
+    const CrossEntropyBwdProblem ref_b = bwd(ref_f);
+    ops::ref::cross_entropy_bwd(ref_b);
+    std::vector<std::vector<float>> first;
+    for (Isa isa : isas) {
+      SCOPED_TRACE(ops::cpu::simd::isa_name(isa));
+      const CrossEntropyFwdProblem f = fwd();
+      ops::cpu::cross_entropy_rows_fwd_isa(f, isa);
+      const CrossEntropyBwdProblem b = bwd(f);
+      ops::cpu::cross_entropy_rows_bwd_isa(b, isa);
+      EXPECT_TRUE(all_close(f.row_max, ref_f.row_max, {0, 0}));
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(std::signbit(f.row_max.data<float>()[i]), std::signbit(ref_f.row_max.data<float>()[i])) << i;
+      EXPECT_TRUE(all_close(f.row_logsum, ref_f.row_logsum, {1e-5, 1e-6}));
+      EXPECT_TRUE(all_close(f.loss, ref_f.loss, {1e-5, 1e-6}));
+      EXPECT_TRUE(all_close(b.dlogits, ref_b.dlogits, {1e-5, 1e-7}));
+      std::vector<std::vector<float>> got{f.loss.to_vector<float>(), f.row_logsum.to_vector<float>(),
+                                          b.dlogits.to_vector<float>()};
+      if (first.empty()) {
+        first = got;
+        continue;
+      }
+      for (size_t k = 0; k < got.size(); ++k)
+        for (size_t e = 0; e < got[k].size(); ++e)
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[k][e]), std::bit_cast<uint32_t>(first[k][e]))
+              << "output " << k << " element " << e << ": not the scalar kernel's bits";
+    }
+  }
+}
+
+TEST(SoftmaxCrossEntropy, VectorRowsRunForSparseF32AndDeclineTheRest) {
+  const Tensor x = random({4, 9}, 5, DType::f32);
+  const Tensor lab = i64({0, 3, 8, 2});
+  EXPECT_EQ(ops::cpu::cross_entropy_rows_fwd_declines({x, lab, true, zeros({4}), zeros({4}), zeros({4})}), "");
+  EXPECT_NE(ops::cpu::cross_entropy_rows_fwd_declines({x, one_hot({0, 3, 8, 2}, 9), false, zeros({4}), zeros({4}), zeros({4})}), "");
+  const Tensor x64 = x.astype(DType::f64);
+  EXPECT_NE(ops::cpu::cross_entropy_rows_fwd_declines({x64, lab, true, zeros({4}), zeros({4}), zeros({4})}), "");
+}
 
 TEST(NllLoss, HandComputedAndMatchesCrossEntropy) {
   const Tensor lp = f32({-0.5f, -1.5f, -2.0f, -0.1f}, {2, 2});

@@ -11,6 +11,7 @@
 #include "ops/attention_problem.h"
 #include "ops/conv_problem.h"
 #include "ops/elementwise_problem.h"
+#include "ops/loss_problem.h"
 #include "ops/matmul_problem.h"
 #include "ops/norm_problem.h"
 #include "ops/pool_problem.h"
@@ -26,6 +27,14 @@ enum class Activation;
 // compute in f32 (f16 always, bf16 without AVX-512), else why not: the dtypes for which the cpu
 // backend's kernels widen tile by tile instead of computing natively.
 std::string why_not_via_f32(DType d);
+// loss.cpp: sparse softmax cross-entropy on f32 rows (f64 and soft labels decline to ref).
+std::string cross_entropy_rows_fwd_declines(const CrossEntropyFwdProblem& p);
+std::string cross_entropy_rows_bwd_declines(const CrossEntropyBwdProblem& p);
+void cross_entropy_rows_fwd(const CrossEntropyFwdProblem& p);  // with the widest vectors here
+void cross_entropy_rows_bwd(const CrossEntropyBwdProblem& p);
+void cross_entropy_rows_fwd_isa(const CrossEntropyFwdProblem& p, simd::Isa isa);  // tests
+void cross_entropy_rows_bwd_isa(const CrossEntropyBwdProblem& p, simd::Isa isa);
+
 // elementwise.cpp: every pointwise formula through the vectorised engine; ReLU and its gradient
 // mask on the bits of dense f16/bf16 tensors.
 void pointwise(const PointwiseProblem& p);

@@ -13,6 +13,11 @@ void register_cpu_kernels() {
       {"vector_rows", kCpu, cpu::vector_rows_declines, cpu::vector_rows});
   register_kernel<PointwiseProblem>({"cpu", kCpu, accept_all, cpu::pointwise});
 
+  register_kernel<CrossEntropyFwdProblem>(
+      {"simd_rows", kCpu, cpu::cross_entropy_rows_fwd_declines, cpu::cross_entropy_rows_fwd});
+  register_kernel<CrossEntropyBwdProblem>(
+      {"simd_rows", kCpu, cpu::cross_entropy_rows_bwd_declines, cpu::cross_entropy_rows_bwd});
+
   register_kernel<MatmulProblem>(
       {"skinny_dot", kCpu, cpu::gemm_skinny_dot_declines, cpu::gemm_skinny_dot});
   register_kernel<MatmulProblem>(

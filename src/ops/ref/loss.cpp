@@ -1,4 +1,4 @@
-// Reference loss kernels (the only ones: losses are O(N*C) and memory bound): log-sum-exp
+// Reference loss kernels (the oracle; sparse f32 cross-entropy also has cpu/loss.cpp): log-sum-exp
 // cross-entropy (sparse and one-hot/soft labels), NLL and MSE, forward and backward, in the
 // compute dtype (f32 or f64). Rows are independent and each is handled by one thread;
 // reductions to a scalar run in index order (thread-count independent).
