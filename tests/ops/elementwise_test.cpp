@@ -2,6 +2,7 @@
 // gradient checks, broadcasting and non-contiguous inputs.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 
 #include "kernel_test_util.h"
@@ -9,6 +10,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/elementwise_problem.h"
+#include "ops/layout.h"
 
 namespace mixprec {
 namespace {
@@ -317,6 +319,82 @@ TEST(AddRelu, EveryAcceptingKernelGivesAddThenReluBitForBit) {
     }
   }
   EXPECT_GE(runs, 6) << "the cpu and ref kernels, three dtypes";
+}
+
+// Same-shape arithmetic on dense tensors of one dtype: the vector rows' direct path (a 16-bit
+// value widened in a register, the result rounded once as it is stored) gives every other
+// accepting kernel's bits (the reference's included), on special values and sums that round to
+// -0, overflow or cancel, in both layouts of an image.
+TEST(Arithmetic, EveryAcceptingKernelGivesTheSameBitsOnDenseTensors) {
+  int direct = 0;
+  for (DType d : {DType::f32, DType::bf16, DType::f16})
+    for (ops::PointwiseFn fn : {ops::PointwiseFn::add, ops::PointwiseFn::sub, ops::PointwiseFn::mul,
+                               ops::PointwiseFn::add_relu}) {
+      const double tiny = d == DType::f16 ? std::ldexp(1.0, -25) : std::ldexp(1.0, -150);
+      const std::vector<double> as = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, -0.0, tiny, 1.5, 3e4, 6e4, 1.0};
+      const std::vector<double> bs = {1.0, 1.0, -INFINITY, 1.0, -0.0, -0.0, 0.0, -2 * tiny, -1.5, 3e4, 6e4, -1.0 - 1e-3};
+      const auto n = static_cast<int64_t>(as.size());
+      // [2, 12, 7, 3] images: the special values along C, random beside them; row-major and
+      // channels-last (both operands and the output in the same layout).
+      const Tensor sa = ops::broadcast_to(Tensor::from_vector(as, {1, n, 1, 1}, d), {2, n, 7, 3});
+      const Tensor sb = ops::broadcast_to(Tensor::from_vector(bs, {1, n, 1, 1}, d), {2, n, 7, 3});
+      const Tensor ra = testing::random({2, n, 7, 3}, 80, d, -2, 2);
+      for (bool nhwc : {false, true}) {
+        const auto lay = [&](const Tensor& t) {
+          return nhwc ? ops::detail::to_image(ops::contiguous(t), ops::detail::ImageLayout::nhwc)
+                      : ops::contiguous(t);
+        };
+        const Tensor a = lay(sa);  // the special values themselves, -0 kept
+        const Tensor b = lay(ops::add(sb, ra));
+        std::vector<uint64_t> first;
+        std::string first_name;
+        ops::PointwiseProblem p{.fn = fn, .a = 0, .b = 0, .in = {a, b, Tensor()},
+                                .out = ops::detail::empty_output(a.shape(), d, a.device(), {&a})};
+        for (const ops::Impl<ops::PointwiseProblem>& k : testing::accepting_kernels(p)) {
+          p.out.fill_(7.0);
+          k.run(p);
+          std::vector<uint64_t> got;
+          for (double v : ops::contiguous(p.out).astype(DType::f64).to_vector<double>())
+            got.push_back(std::isnan(v) ? 1 : std::bit_cast<uint64_t>(v));  // any NaN alike
+          if (first.empty()) {
+            first = got;
+            first_name = k.name;
+          } else {
+            EXPECT_EQ(got, first) << k.name << " vs " << first_name << ", " << dtype_name(d) << " "
+                                  << ops::pointwise_fn_name(fn) << (nhwc ? " channels-last" : "");
+          }
+          if (k.name == "vector_rows") ++direct;
+        }
+      }
+    }
+  EXPECT_EQ(direct, 24) << "vector_rows accepts every case: three dtypes, four ops, two layouts";
+}
+
+// The direct path at every vector width: gelu's forms and the arithmetic on f32, bf16 and f16,
+// lengths past a row of 4096 with a tail; each 16-bit result is the f32 rows' result rounded once.
+TEST(Arithmetic, DirectRowsAtEveryWidthAreTheF32RowsRoundedOnce) {
+  using ops::cpu::simd::Isa;
+  std::vector<Isa> isas{Isa::scalar};
+  if (ops::cpu::simd::best_isa() != Isa::scalar) isas.push_back(Isa::avx2);
+  if (ops::cpu::simd::best_isa() == Isa::avx512) isas.push_back(Isa::avx512);
+  const int64_t n = 4096 + 1000 + 13;
+  for (ops::PointwiseFn fn : {ops::PointwiseFn::gelu_tanh, ops::PointwiseFn::gelu_erf, ops::PointwiseFn::gelu_tanh_grad,
+                              ops::PointwiseFn::gelu_erf_grad, ops::PointwiseFn::add, ops::PointwiseFn::mul,
+                              ops::PointwiseFn::add_relu})
+    for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+      const bool binary = fn != ops::PointwiseFn::gelu_tanh && fn != ops::PointwiseFn::gelu_erf;
+      const Tensor a = testing::random({n}, 81, d, -6, 6), b = testing::random({n}, 82, d, -3, 3);
+      const auto run = [&](const Tensor& x, const Tensor& y, Isa isa) {
+        ops::PointwiseProblem p{.fn = fn, .a = 0, .b = 0, .in = {x, binary ? y : Tensor(), Tensor()},
+                                .out = Tensor::empty({n}, {.dtype = x.dtype()})};
+        EXPECT_TRUE(ops::cpu::vector_rows_direct(p, isa));
+        return p.out;
+      };
+      const Tensor want = run(a.astype(DType::f32), b.astype(DType::f32), Isa::scalar).astype(d);
+      for (Isa isa : isas)
+        EXPECT_TRUE(testing::all_close(run(a, b, isa), want, {0, 0}))
+            << ops::pointwise_fn_name(fn) << " " << dtype_name(d) << " " << ops::cpu::simd::isa_name(isa);
+    }
 }
 
 }  // namespace

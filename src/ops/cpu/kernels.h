@@ -48,6 +48,9 @@ void relu_bits16_isa(const PointwiseProblem& p, simd::Isa isa);  // tests: each 
 std::optional<simd::Activation> row_kernel_of(PointwiseFn fn);
 std::string vector_rows_declines(const PointwiseProblem& p);
 void vector_rows(const PointwiseProblem& p);
+// Its direct path (tests: each ISA here): false, and nothing run, unless every operand and the
+// output share one dtype (f32, bf16, f16) and one dense layout.
+bool vector_rows_direct(const PointwiseProblem& p, simd::Isa isa);
 void activation_rows(simd::Activation act, simd::Isa isa, const float* a, const float* b,
                      float* out, int64_t n);
 

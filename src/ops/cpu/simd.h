@@ -41,8 +41,13 @@ inline const char* isa_name(Isa isa) {
   return isa == Isa::avx512 ? "avx512" : isa == Isa::avx2 ? "avx2" : "scalar";
 }
 // The functions with row kernels (simd_math.inc's activation_rows; erf and exp for tests and
-// future kernels, the rest for the elementwise ops).
-enum class Activation { erf, exp, gelu_erf, gelu_tanh, gelu_erf_grad, gelu_tanh_grad };
+// future kernels, the rest for the elementwise ops: gelu's forms, and the arithmetic of two
+// operands (and GRAPH_MODE's fused add + ReLU), which the 16-bit rows compute without the
+// engine's f32 chunks).
+// clang-format off
+enum class Activation { erf, exp, gelu_erf, gelu_tanh, gelu_erf_grad, gelu_tanh_grad,
+                        add, sub, mul, add_relu };
+// clang-format on
 
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
