@@ -228,6 +228,10 @@ Tensor convert(const Tensor& x, DType dtype) {
                                      dtype, summarize_finite(x).max_abs, f.nonfinite, f.has_nan});
     }
   }
+  // A convolution's channels-last output cast to another dtype (O1's fp32 ops after a bf16
+  // convolution) keeps its layout, and its layout-choice mark with it (ops/layout_choice.h).
+  if (const uint32_t site = layout_site(x); site != 0 && out.strides() == x.strides())
+    mark_layout_site(out, site);
   if (autograd::needs_grad({&x})) {
     const DType src = x.dtype();
     record(

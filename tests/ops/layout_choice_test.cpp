@@ -80,6 +80,16 @@ TEST(LayoutChoice, AFlattenedConvolutionWritesRowMajorFromItsNextCall) {
   }
 }
 
+TEST(LayoutChoice, TheMarkSurvivesACastToAnotherDtype) {
+  // O1: a bf16 convolution, its output cast to f32 for the ops after it, then the Flatten.
+  Fresh fresh(KernelChoice::first);
+  const Tensor x = testing::random({2, 1, 9, 9}, 16, DType::f32).astype(DType::bf16);
+  const Tensor w = testing::random({4, 1, 3, 3}, 17, DType::f32).astype(DType::bf16);
+  const Tensor y = ops::conv2d(x, w, {}, kValid);
+  (void)ops::flatten(ops::relu(ops::amp_cast(y, DType::f32)), 1);
+  EXPECT_TRUE(ops::conv2d(x, w, {}, kValid).is_contiguous());
+}
+
 TEST(LayoutChoice, ViewsChannelsLastInputsAndFixedFormatsNeverSwitch) {
   Fresh fresh(KernelChoice::measure);
   const Tensor x = testing::random({2, 1, 12, 12}, 4, DType::f32);
