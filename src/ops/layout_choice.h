@@ -8,9 +8,9 @@
 // layouts coincide) marks its channels-last output with a site (the convolution's signature:
 // threads, input, weight and geometry); element-wise ops and casts carry the mark to their
 // outputs when they keep the layout (relu, bias or residual adds, O1's cast to fp32); a reshape
-// that has to copy a marked
-// channels-last tensor records "contiguous" for the site in the kernel-choice table
-// (ops/kernel_choice.h), so that checkpoints record it and a resumed run pins it. A convolution
+// that has to copy a marked channels-last tensor records "contiguous" for the site in the
+// kernel-choice table (ops/kernel_choice.h), so that checkpoints record it and a resumed run pins
+// it. A convolution
 // with a channels-last input is never switched: its output in row-major order would need its
 // input transposed too.
 // This is a rule, not a race: what channels-last costs here is the transposing copy after the
