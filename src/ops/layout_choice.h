@@ -10,9 +10,8 @@
 // outputs when they keep the layout (relu, bias or residual adds, O1's cast to fp32); a reshape
 // that has to copy a marked channels-last tensor records "contiguous" for the site in the
 // kernel-choice table (ops/kernel_choice.h), so that checkpoints record it and a resumed run pins
-// it. A convolution
-// with a channels-last input is never switched: its output in row-major order would need its
-// input transposed too.
+// it. A convolution with a channels-last input is never switched: its output in row-major order
+// would need its input transposed too.
 // This is a rule, not a race: what channels-last costs here is the transposing copy after the
 // convolution (forward, and again for the gradient), which timing the convolution alone cannot
 // see. It depends on the network, never on the machine, so it holds under
