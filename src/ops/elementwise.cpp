@@ -55,10 +55,11 @@ Tensor pointwise(OpId op, std::string_view phase, PointwiseFn fn,
     shape = broadcast_shapes(shape, p.in[k].shape(), op_name(op));
   p.out = empty_output(shape, out_dtype, p.in[0].device(), {&p.in[0], &p.in[1], &p.in[2]});
   // An operand laid out unlike the output (a channels-last activation beside a row-major
-  // gradient that came back through a Flatten) is first copied into the output's layout: one
-  // blocked, vectorised copy, after which every operand walks memory in the same order and the
-  // dense kernels accept the problem. A strided walk over mixed layouts ran ~20x slower (relu's
-  // backward in the seed's SimpleNet, 1.5 ms a step of 3.9). Exact: a copy changes no value.
+  // gradient that came back through a Flatten) is first copied into the output's layout (core's
+  // strided copy, dims merged in the destination's order), after which every operand walks
+  // memory in the same order and the dense kernels accept the problem. A strided walk over mixed
+  // layouts ran ~20x slower (relu's backward in the seed's SimpleNet, 1.5 ms a step of 3.9). Exact:
+  // a copy changes no value.
   if (p.out.device().is_cpu() && is_dense(p.out.shape(), p.out.strides()))
     for (size_t k = 0; k < operands.size(); ++k) {
       Tensor& t = p.in[k];
