@@ -37,6 +37,7 @@
 #include "mixprec/error.h"
 #include "mixprec/ops/ops.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/slot_sum.h"
 #include "ops/layout.h"
 
@@ -46,17 +47,7 @@ namespace {
 
 constexpr int64_t kMaxCin = 16, kMaxCout = 32, kMaxK = 7;
 
-typedef float v8 __attribute__((vector_size(32)));
-
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors never cross a call: the bodies are inlined
 #define MIXPREC_ALWAYS_INLINE [[gnu::always_inline]] inline
-
-MIXPREC_ALWAYS_INLINE v8 loadv(const float* p) {
-  v8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-MIXPREC_ALWAYS_INLINE void storev(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
 
 struct Geo {
   int64_t kh, kw, cin, cout, h, w, oh, ow, pad_t, pad_l;
@@ -85,6 +76,13 @@ void pad_image(const Tensor& x, int64_t n, const Geo& g, float* xp) {
   }
 }
 
+// The kernels: simd.h's AVX2 vectors (8 f32 lanes), every multiply-add an explicit fmadd (the
+// file builds without contraction, as every file on simd.h does). They run only after
+// common_declines found AVX2 and FMA.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+using namespace simd::avx2;
+
 // ---------------------------------------------------------------- forward
 
 // P output pixels from column ow0 of row oh, CB registers of channels: out[(ow0 + p) * cout + c].
@@ -92,25 +90,25 @@ template <int P, int CB> MIXPREC_ALWAYS_INLINE void fwd_block(const float* xp, c
                                                               const float* wr, const float* bias,
                                                               bool relu, int64_t oh, int64_t ow0,
                                                               float* out) {
-  v8 acc[P][CB];
+  V acc[P][CB];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-    for (int cb = 0; cb < CB; ++cb) acc[p][cb] = loadv(bias + cb * 8);
+    for (int cb = 0; cb < CB; ++cb) acc[p][cb] = loadu(bias + cb * 8);
   const int64_t cin = g.cin, cout = g.cout;
   for (int64_t i = 0; i < g.kh; ++i)
     for (int64_t j = 0; j < g.kw; ++j) {
       const float* xr = xp + ((oh + i) * g.pw + ow0 + j) * cin;
       const float* wt = wr + (i * g.kw + j) * cin * cout;
       for (int64_t ci = 0; ci < cin; ++ci, wt += cout) {
-        v8 w[CB];
+        V w[CB];
 #pragma GCC unroll 4
-        for (int cb = 0; cb < CB; ++cb) w[cb] = loadv(wt + cb * 8);
+        for (int cb = 0; cb < CB; ++cb) w[cb] = loadu(wt + cb * 8);
 #pragma GCC unroll 8
         for (int p = 0; p < P; ++p) {
-          const float x = xr[p * cin + ci];
+          const V x = broadcast(xr + p * cin + ci);
 #pragma GCC unroll 4
-          for (int cb = 0; cb < CB; ++cb) acc[p][cb] += x * w[cb];
+          for (int cb = 0; cb < CB; ++cb) acc[p][cb] = fmadd(x, w[cb], acc[p][cb]);
         }
       }
     }
@@ -118,9 +116,9 @@ template <int P, int CB> MIXPREC_ALWAYS_INLINE void fwd_block(const float* xp, c
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
     for (int cb = 0; cb < CB; ++cb) {
-      v8 a = acc[p][cb];
-      if (relu) a = a <= 0.0f ? v8{} : a;  // NaN is not <= 0: it propagates
-      storev(out + (ow0 + p) * cout + cb * 8, a);
+      V a = acc[p][cb];
+      if (relu) a = select(a <= 0.0f, splat(0.0f), a);  // NaN is not <= 0: it propagates
+      storeu(out + (ow0 + p) * cout + cb * 8, a);
     }
 }
 
@@ -139,10 +137,8 @@ template <int R, int CB> MIXPREC_ALWAYS_INLINE void fwd_tail(int64_t rem, const 
 
 template <int CB> constexpr int kFwdPixels = CB == 1 ? 8 : CB == 2 ? 6 : CB == 3 ? 4 : 3;
 
-template <int CB> __attribute__((target("avx2,fma"))) void fwd_row(const float* xp, const Geo& g,
-                                                                   const float* wr,
-                                                                   const float* bias, bool relu,
-                                                                   int64_t oh, float* out) {
+template <int CB> void fwd_row(const float* xp, const Geo& g, const float* wr, const float* bias,
+                               bool relu, int64_t oh, float* out) {
   constexpr int P = kFwdPixels<CB>;
   int64_t ow0 = 0;
   for (; ow0 + P <= g.ow; ow0 += P) fwd_block<P, CB>(xp, g, wr, bias, relu, oh, ow0, out);
@@ -169,11 +165,11 @@ FwdRowFn pick_fwd(int64_t cout) {
 template <int T, int CB> MIXPREC_ALWAYS_INLINE void bwd_w_block(const float* xp, const float* dy,
                                                                 const Geo& g, const int64_t* off,
                                                                 float* part) {
-  v8 acc[T][CB];
+  V acc[T][CB];
 #pragma GCC unroll 12
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 4
-    for (int cb = 0; cb < CB; ++cb) acc[t][cb] = v8{};
+    for (int cb = 0; cb < CB; ++cb) acc[t][cb] = splat(0.0f);
   int64_t o[T];
 #pragma GCC unroll 12
   for (int t = 0; t < T; ++t) o[t] = off[t];
@@ -182,21 +178,21 @@ template <int T, int CB> MIXPREC_ALWAYS_INLINE void bwd_w_block(const float* xp,
     const float* xr = xp + oh * g.pw * cin;
     const float* dr = dy + oh * g.ow * cout;
     for (int64_t ow = 0; ow < g.ow; ++ow, xr += cin, dr += cout) {
-      v8 d[CB];
+      V d[CB];
 #pragma GCC unroll 4
-      for (int cb = 0; cb < CB; ++cb) d[cb] = loadv(dr + cb * 8);
+      for (int cb = 0; cb < CB; ++cb) d[cb] = loadu(dr + cb * 8);
 #pragma GCC unroll 12
       for (int t = 0; t < T; ++t) {
-        const float x = xr[o[t]];
+        const V x = broadcast(xr + o[t]);
 #pragma GCC unroll 4
-        for (int cb = 0; cb < CB; ++cb) acc[t][cb] += x * d[cb];
+        for (int cb = 0; cb < CB; ++cb) acc[t][cb] = fmadd(x, d[cb], acc[t][cb]);
       }
     }
   }
 #pragma GCC unroll 12
   for (int t = 0; t < T; ++t)
 #pragma GCC unroll 4
-    for (int cb = 0; cb < CB; ++cb) storev(part + t * cout + cb * 8, acc[t][cb]);
+    for (int cb = 0; cb < CB; ++cb) storeu(part + t * cout + cb * 8, acc[t][cb]);
 }
 
 template <int R, int CB> MIXPREC_ALWAYS_INLINE void bwd_w_tail(int64_t rem, const float* xp,
@@ -215,18 +211,18 @@ template <int CB> constexpr int kBwdPairs = CB == 1 ? 12 : CB == 2 ? 6 : CB == 3
 // One image's partial dW ([m][cout], m = (i * kw + j) * cin + ci, `off` holding each m's offset)
 // and db (cout floats after it).
 template <int CB>
-__attribute__((target("avx2,fma"))) void bwd_w_image(const float* xp, const float* dy, const Geo& g,
-                                                     const int64_t* off, float* part) {
+void bwd_w_image(const float* xp, const float* dy, const Geo& g, const int64_t* off, float* part) {
   constexpr int T = kBwdPairs<CB>;
   const int64_t m_total = g.kh * g.kw * g.cin;
   int64_t m = 0;
   for (; m + T <= m_total; m += T) bwd_w_block<T, CB>(xp, dy, g, off + m, part + m * g.cout);
   bwd_w_tail<T - 1, CB>(m_total - m, xp, dy, g, off + m, part + m * g.cout);
-  v8 s[CB] = {};
+  V s[CB];
+  for (int cb = 0; cb < CB; ++cb) s[cb] = splat(0.0f);
   const int64_t pixels = g.oh * g.ow;
   for (int64_t q = 0; q < pixels; ++q)
-    for (int cb = 0; cb < CB; ++cb) s[cb] += loadv(dy + q * g.cout + cb * 8);
-  for (int cb = 0; cb < CB; ++cb) storev(part + m_total * g.cout + cb * 8, s[cb]);
+    for (int cb = 0; cb < CB; ++cb) s[cb] = s[cb] + loadu(dy + q * g.cout + cb * 8);
+  for (int cb = 0; cb < CB; ++cb) storeu(part + m_total * g.cout + cb * 8, s[cb]);
 }
 
 using BwdImageFn = void (*)(const float*, const float*, const Geo&, const int64_t*, float*);
@@ -241,29 +237,29 @@ BwdImageFn pick_bwd(int64_t cout) {
 // col[q][m] = sum over co of dy[q][co] * w[co][m] for P output pixels q from q0 and V vectors of m
 // (m = (i * kw + j) * cin + ci, padded to mp, a multiple of 8) from vector v0: what each output
 // pixel's gradient gives each input it read. wt: w as [cout][mp] (zero past m_total).
-template <int P, int V> MIXPREC_ALWAYS_INLINE void col_block(const float* dy, int64_t q0,
-                                                             const float* wt, int64_t mp,
-                                                             int64_t v0, int64_t cout, float* col) {
-  v8 acc[P][V];
+template <int P, int NV>
+MIXPREC_ALWAYS_INLINE void col_block(const float* dy, int64_t q0, const float* wt, int64_t mp,
+                                     int64_t v0, int64_t cout, float* col) {
+  V acc[P][NV];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) acc[p][v] = v8{};
+    for (int v = 0; v < NV; ++v) acc[p][v] = splat(0.0f);
   for (int64_t co = 0; co < cout; ++co) {
-    v8 w[V];
+    V w[NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) w[v] = loadv(wt + co * mp + (v0 + v) * 8);
+    for (int v = 0; v < NV; ++v) w[v] = loadu(wt + co * mp + (v0 + v) * 8);
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
-      const float d = dy[(q0 + p) * cout + co];
+      const V d = broadcast(dy + (q0 + p) * cout + co);
 #pragma GCC unroll 8
-      for (int v = 0; v < V; ++v) acc[p][v] += d * w[v];
+      for (int v = 0; v < NV; ++v) acc[p][v] = fmadd(d, w[v], acc[p][v]);
     }
   }
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) storev(col + (q0 + p) * mp + (v0 + v) * 8, acc[p][v]);
+    for (int v = 0; v < NV; ++v) storeu(col + (q0 + p) * mp + (v0 + v) * 8, acc[p][v]);
 }
 
 template <int P, int R> MIXPREC_ALWAYS_INLINE void col_tail(int64_t rem, const float* dy,
@@ -281,15 +277,15 @@ template <int P, int R> MIXPREC_ALWAYS_INLINE void col_tail(int64_t rem, const f
 // accumulators, 5 weight vectors, 1 broadcast: 16 registers).
 template <int P> MIXPREC_ALWAYS_INLINE void col_pixels(const float* dy, int64_t q0, const float* wt,
                                                        int64_t mp, int64_t cout, float* col) {
-  constexpr int V = 5;
+  constexpr int NV = 5;
   const int64_t nv = mp / 8;
   int64_t v0 = 0;
-  for (; v0 + V <= nv; v0 += V) col_block<P, V>(dy, q0, wt, mp, v0, cout, col);
-  col_tail<P, V - 1>(nv - v0, dy, q0, wt, mp, v0, cout, col);
+  for (; v0 + NV <= nv; v0 += NV) col_block<P, NV>(dy, q0, wt, mp, v0, cout, col);
+  col_tail<P, NV - 1>(nv - v0, dy, q0, wt, mp, v0, cout, col);
 }
 
-__attribute__((target("avx2,fma"))) void col_image(const float* dy, int64_t pixels, const float* wt,
-                                                   int64_t mp, int64_t cout, float* col) {
+void col_image(const float* dy, int64_t pixels, const float* wt, int64_t mp, int64_t cout,
+               float* col) {
   int64_t q = 0;
   for (; q + 2 <= pixels; q += 2) col_pixels<2>(dy, q, wt, mp, cout, col);
   if (q < pixels) col_pixels<1>(dy, q, wt, mp, cout, col);
@@ -311,6 +307,8 @@ void col_to_padded(const float* col, const Geo& g, int64_t mp, float* __restrict
       }
     }
 }
+
+#pragma GCC pop_options
 
 // ---------------------------------------------------------------- shared
 

@@ -20,9 +20,8 @@
 // Bias (any float dtype, added in f32) and ReLU are applied to the f32 total, which is then
 // rounded once into out's dtype, as in the reference. A 16-bit weight panel (dot) is widened once
 // per call into an f32 buffer of N * K floats (at most 16 rows).
-#include <immintrin.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -32,6 +31,7 @@
 #include "mixprec/convert.h"
 #include "mixprec/cpu_features.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
 #include "ops/matmul_problem.h"
 
 namespace mixprec::ops::cpu {
@@ -44,28 +44,13 @@ constexpr int64_t kNc = 256;     // rows: columns per parallel task
 constexpr int64_t kDotCols = 6;  // dot: columns per micro-tile
 constexpr int64_t kRowsMr = 6;   // rows: rows per micro-tile
 
-// 8 consecutive bf16 or f16 values as f32 (exact).
-template <class T>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load8(const T* p) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-}
-
-// Accumulators are GCC vectors, not __m256 (declared may_alias): an array of __m256 was stored
-// back to the stack on every iteration of the reduction loop (GCC 12). `acc += a * b` is
-// contracted to one FMA (GCC's default -ffp-contract=fast; the functions target FMA).
-typedef float v8 __attribute__((vector_size(32)));
-
-// The 8 lanes' sum in a fixed order: (0+4, 1+5, 2+6, 3+7), then pairs.
-__attribute__((target("avx2,fma"), always_inline)) inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
+// The kernels use simd.h's AVX2 vectors (8 f32 lanes; loadu widens 8 bf16 or f16 values exactly,
+// hsum is its fixed-order horizontal sum), each multiply-add an explicit fmadd (this file builds
+// without contraction, as every file on simd.h does). Accumulator arrays are indexed with
+// constants (the fold expressions below), so GCC keeps every accumulator in a register.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+using namespace simd::avx2;
 
 // ------------------------------------------------------------------------------- dot
 
@@ -73,20 +58,16 @@ __attribute__((target("avx2,fma"), always_inline)) inline float hsum(__m256 v) {
 // (w rows at stride ldw), k1 - k0 a multiple of 8. Accumulator e is (row e / C, column e % C);
 // the fold expressions index it with constants, so GCC keeps every accumulator in a register.
 template <class T, int R, int C, int... E>
-__attribute__((target("avx2,fma,f16c"))) void dot_tile(const T* a, int64_t lda, const float* w,
-                                                       int64_t ldw, int64_t len, float* total,
-                                                       int64_t ldt,
-                                                       std::integer_sequence<int, E...>) {
-  v8 acc[R * C];
-  ((acc[E] = v8{}), ...);
+void dot_tile(const T* a, int64_t lda, const float* w, int64_t ldw, int64_t len, float* total,
+              int64_t ldt, std::integer_sequence<int, E...>) {
+  V acc[R * C];
+  ((acc[E] = splat(0.0f)), ...);
   for (int64_t k = 0; k < len; k += 8) {
-    const v8 x0 = reinterpret_cast<v8>(load8(a + k));
-    const v8 x1 = R > 1 ? reinterpret_cast<v8>(load8(a + lda + k)) : v8{};
-    ((acc[E] +=
-      (E / C == 0 ? x0 : x1) * reinterpret_cast<v8>(_mm256_loadu_ps(w + (E % C) * ldw + k))),
-     ...);  // contracted to one FMA each
+    const V x0 = loadu(a + k);
+    const V x1 = R > 1 ? loadu(a + lda + k) : splat(0.0f);
+    ((acc[E] = fmadd(E / C == 0 ? x0 : x1, loadu(w + (E % C) * ldw + k), acc[E])), ...);
   }
-  ((total[(E / C) * ldt + E % C] += hsum(reinterpret_cast<__m256>(acc[E]))), ...);
+  ((total[(E / C) * ldt + E % C] += hsum(acc[E])), ...);
 }
 
 template <class T, int R, int... C>
@@ -147,26 +128,25 @@ template <class T> void dot_run(const MatmulProblem& p, float* total) {
 // tot[i, 0..8V) = sum over r of af[i, r] * b[r, 0..8V) for R rows; af is the f32 copy of a
 // ([M][K], row-major), b rows at stride ldb, tot rows at stride ldt. Accumulator e is (row e / V,
 // vector e % V), indexed with constants as in dot_tile.
-template <class T, int R, int V, int... E>
-__attribute__((target("avx2,fma,f16c"))) void rows_tile(const float* af, int64_t K, const T* b,
-                                                        int64_t ldb, float* tot, int64_t ldt,
-                                                        std::integer_sequence<int, E...>) {
-  static_assert(V == 1 || V == 2);
-  v8 acc[R * V];
-  ((acc[E] = v8{}), ...);
+template <class T, int R, int NV, int... E> void rows_tile(const float* af, int64_t K, const T* b,
+                                                           int64_t ldb, float* tot, int64_t ldt,
+                                                           std::integer_sequence<int, E...>) {
+  static_assert(NV == 1 || NV == 2);
+  V acc[R * NV];
+  ((acc[E] = splat(0.0f)), ...);
   for (int64_t r = 0; r < K; ++r) {
-    const v8 b0 = reinterpret_cast<v8>(load8(b + r * ldb));
-    const v8 b1 = V > 1 ? reinterpret_cast<v8>(load8(b + r * ldb + 8)) : v8{};
-    ((acc[E] += af[(E / V) * K + r] * (E % V == 0 ? b0 : b1)), ...);  // one FMA each
+    const V b0 = loadu(b + r * ldb);
+    const V b1 = NV > 1 ? loadu(b + r * ldb + 8) : splat(0.0f);
+    ((acc[E] = fmadd(broadcast(af + (E / NV) * K + r), E % NV == 0 ? b0 : b1, acc[E])), ...);
   }
-  ((_mm256_storeu_ps(tot + (E / V) * ldt + 8 * (E % V), reinterpret_cast<__m256>(acc[E]))), ...);
+  ((storeu(tot + (E / NV) * ldt + 8 * (E % NV), acc[E])), ...);
 }
 
-template <class T, int V, int... R>
+template <class T, int NV, int... R>
 void rows_tile_any(int rows, const float* af, int64_t K, const T* b, int64_t ldb, float* tot,
                    int64_t ldt, std::integer_sequence<int, R...>) {
-  ((rows == R + 1 ? rows_tile<T, R + 1, V>(af, K, b, ldb, tot, ldt,
-                                           std::make_integer_sequence<int, (R + 1) * V>{})
+  ((rows == R + 1 ? rows_tile<T, R + 1, NV>(af, K, b, ldb, tot, ldt,
+                                            std::make_integer_sequence<int, (R + 1) * NV>{})
                   : void()),
    ...);
 }
@@ -216,6 +196,8 @@ void rows_run(const MatmulProblem& p, const std::vector<float>& af, const float*
     }
   }
 }
+
+#pragma GCC pop_options
 
 // ------------------------------------------------------------------------------- shared
 

@@ -1,13 +1,13 @@
 // The cpu backend's vector layer: one source of math for every instruction set. Each ISA is a
 // namespace (simd::avx512: 16 f32 lanes, simd::avx2: 8 lanes with FMA, simd::scalar: one lane)
-// holding the same primitives (fmadd, select, abs, table lookup, loads and stores of f32 and of
-// the 16-bit formats with half.h's bits; those the two vector ISAs write alike are in
-// simd_vector.inc) under a `#pragma GCC target` region, and each includes simd_math.inc, which
-// writes exp, erf and the activations built on them once, over those primitives. Every fused
-// multiply-add is explicit and nothing else contracts (the files that include this header build
-// with -ffp-contract=off), so the three ISAs give the same bits for every input: a kernel's result
-// does not depend on the machine, and tests run all three here and compare. Kernels pick theirs
-// with simd::best_isa().
+// holding the same primitives (fmadd, select, abs, table lookup, a fixed-order horizontal sum,
+// loads and stores of f32 and of the 16-bit formats with half.h's bits; those the two vector ISAs
+// write alike are in simd_vector.inc) under a `#pragma GCC target` region, and each includes
+// simd_math.inc, which writes exp, erf and the activations built on them once, over those
+// primitives. Every fused multiply-add is explicit and nothing else contracts (the files that
+// include this header build with -ffp-contract=off, src/CMakeLists.txt), so the three ISAs give
+// the same bits for every input: a kernel's result does not depend on the machine, and tests run
+// all three here and compare. Kernels pick theirs with simd::best_isa().
 #pragma once
 
 #include <immintrin.h>
@@ -68,6 +68,12 @@ inline V lookup8(const float* tab, VI k) {
 }
 // The value at p in every lane (splat(x) is V{} + x, an add and a shuffle: -0 becomes +0).
 inline V broadcast(const float* p) { return (V)_mm512_set1_ps(*p); }
+inline V loadu(const bf16* p) {
+  return (V)((VU)_mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256((const __m256i*)p)) << 16);
+}
+inline void storeu(bf16* p, V x) {
+  _mm256_storeu_si256((__m256i*)p, _mm512_maskz_cvtepi32_epi16(0xFFFF, (__m512i)bf16_bits(x)));
+}
 // (The maskz forms: the plain ones start from an "undefined" vector that GCC 12 warns about.)
 inline V widen_f16(__m256i h) { return (V)_mm512_maskz_cvtph_ps(0xFFFF, h); }
 inline V loadu(const f16* p) { return widen_f16(_mm256_loadu_si256((const __m256i*)p)); }
@@ -92,6 +98,14 @@ inline V lookup8(const float* tab, VI k) {
   return (V)_mm256_permutevar8x32_ps(_mm256_loadu_ps(tab), (__m256i)k);
 }
 inline V broadcast(const float* p) { return (V)_mm256_set1_ps(*p); }
+inline V loadu(const bf16* p) {
+  return (V)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
+}
+inline void storeu(bf16* p, V x) {  // the bits are at most 0xFFFF: packus keeps them
+  const __m256i u = (__m256i)bf16_bits(x);
+  _mm_storeu_si128((__m128i*)p,
+                   _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
+}
 inline V loadu(const f16* p) { return (V)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
 inline __m128i f16_bits(V x) { return _mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT); }
 inline void storeu(f16* p, V x) { _mm_storeu_si128((__m128i*)p, f16_bits(x)); }
@@ -119,6 +133,7 @@ inline V copysign(V mag, V sgn) {
 inline VI to_int(V x) { return static_cast<VI>(x); }
 inline V to_float(VI x) { return static_cast<V>(x); }
 inline V from_bits(VI x) { return std::bit_cast<V>(x); }
+inline float hsum(V x) { return x; }
 inline V lookup8(const float* tab, VI k) { return tab[k]; }
 inline V broadcast(const float* p) { return *p; }
 inline V loadu(const bf16* p) { return to_f32(*p); }
