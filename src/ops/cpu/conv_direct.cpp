@@ -14,10 +14,10 @@
 // widened to fp32 planes [C][OH][OWP] (zero past OW; an NCHW dy's rows go straight in), and
 // for each (channel, kernel row) KW accumulators sweep the image; each image leaves its partial dW
 // and db in its own slot, and the slots are summed in image order, so the result does not depend on
-// threads. The kernels use GCC vector extensions, compiled per instruction set (AVX-512, AVX2+FMA)
-// and picked at run time.
-// On AVX2, channels-last outputs take the channels-last forms instead (fwd_row_cl_avx2,
-// bwd_w_cl_avx2: the lanes are the 8 channels, the input is broadcast), which read and write the
+// threads. The kernels are written on simd.h's vectors (conv_direct_cols.inc), compiled per
+// instruction set (AVX-512, AVX2+FMA) and picked at run time.
+// On AVX2, channels-last outputs take the channels-last forms instead (cols_avx2::fwd_row_cl,
+// bwd_w_cl: the lanes are the 8 channels, the input is broadcast), which read and write the
 // channels-last rows as they are: the scalar interleave and de-interleave above cost as much as
 // the arithmetic there (LeNet's 1 -> 6 layer, forward + backward-weights: 4.6 -> 2.1 ms).
 #include "ops/cpu/kernels.h"
@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/cpu/simd.h"
 #include "ops/cpu/slot_sum.h"
 #include "ops/layout.h"
 #include "mixprec/convert.h"
@@ -43,42 +44,6 @@ namespace {
 constexpr int64_t kCols = 16;  // the padding unit of a row: one AVX-512 register of f32
 constexpr int64_t kCoBlk = 8;  // output channels per block
 constexpr int64_t kMaxK = 7;   // largest kernel side handled
-
-// One register of f32 per instruction set: 16 lanes with AVX-512, 8 with AVX2. The blocks are
-// one register wide, so a forward block keeps its 8 accumulators, the input vector and a
-// broadcast weight in registers on either set (16 ymm with AVX2; a 16-lane block there was
-// two ymm per accumulator, spilled on every tap, and ran 1.6x slower than im2col).
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-template <class V> struct Lanes;
-template <> struct Lanes<v16> {
-  using I = vi16;
-  static constexpr int64_t n = 16;
-  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-};
-template <> struct Lanes<v8> {
-  using I = vi8;
-  static constexpr int64_t n = 8;
-  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7};
-};
-
-// The helpers taking and returning vectors are always inlined into the per-ISA kernels, so no
-// vector ever crosses a call boundary and the AVX-512 argument-passing ABI note does not apply
-// (silenced for this file).
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-#define MIXPREC_ALWAYS_INLINE [[gnu::always_inline]] inline
-
-template <class V> MIXPREC_ALWAYS_INLINE V loadv(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V> MIXPREC_ALWAYS_INLINE void storev(float* p, V v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 // The geometry both kernels share. Rows are padded to whole 16-column units whatever the
 // register width, so every block of either width lies inside its row.
@@ -117,86 +82,25 @@ template <class T> void pad_image(const Tensor& x, int64_t n, const Plan& p, flo
   }
 }
 
-// One output row (planar [ncb * 8][owp], columns past the last block left as they were) from
-// xp rows oh .. oh + kh - 1. wpad is [ncb][kh * kw][8] (zero for channels past cout), bias
-// [ncb * 8].
-template <class V> MIXPREC_ALWAYS_INLINE void fwd_row_body(const float* xrow, const Plan& p,
-                                                           const float* wpad, const float* bias,
-                                                           bool relu, float* out) {
-  constexpr int64_t W = Lanes<V>::n;
-  const int64_t taps = p.kh * p.kw, blocks = (p.ow + W - 1) / W;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t cb = 0; cb < p.ncb; ++cb) {
-      V a[kCoBlk];
-      for (int64_t c = 0; c < kCoBlk; ++c) a[c] = V{} + bias[cb * kCoBlk + c];
-      const float* wt = wpad + cb * taps * kCoBlk;
-      for (int64_t i = 0; i < p.kh; ++i) {
-        const float* xr = xrow + i * p.pw + b * W;
-        for (int64_t j = 0; j < p.kw; ++j, wt += kCoBlk) {
-          const V x = loadv<V>(xr + j);
-          for (int64_t c = 0; c < kCoBlk; ++c) a[c] += wt[c] * x;
-        }
-      }
-      for (int64_t c = 0; c < kCoBlk; ++c) {
-        if (relu) a[c] = a[c] <= 0.0f ? V{} : a[c];  // NaN is not <= 0: it propagates
-        storev(out + (cb * kCoBlk + c) * p.owp + b * W, a[c]);
-      }
-    }
-}
+// The column kernels, once per ISA (conv_direct_cols.inc: fwd_row, bwd_w<KW>). One register of
+// f32 per block: 16 lanes with AVX-512, 8 with AVX2. The blocks are one register wide, so a
+// forward block keeps its 8 accumulators, the input vector and a broadcast weight in registers on
+// either set (16 ymm with AVX2; a 16-lane block there was two ymm per accumulator, spilled on
+// every tap, and ran 1.6x slower than im2col). The kernels run only after common_declines found
+// AVX2 and FMA (and avx512() for the AVX-512 ones).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+namespace cols_avx512 {
+using namespace simd::avx512;
+#include "ops/cpu/conv_direct_cols.inc"
+}  // namespace cols_avx512
+#pragma GCC pop_options
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void fwd_row_avx512(
-    const float* xrow, const Plan& p, const float* wpad, const float* bias, bool relu, float* out) {
-  fwd_row_body<v16>(xrow, p, wpad, bias, relu, out);
-}
-__attribute__((target("avx2,fma"))) void fwd_row_avx2(const float* xrow, const Plan& p,
-                                                      const float* wpad, const float* bias,
-                                                      bool relu, float* out) {
-  fwd_row_body<v8>(xrow, p, wpad, bias, relu, out);
-}
-
-// Partial dW for one (channel, kernel row i): acc[j] = sum over the image of dy * x shifted.
-// dyc is the channel's plane [oh][owp]; out receives KW sums. KW accumulators, dy and one input
-// vector are live: at most 9 registers.
-template <int KW, class V> MIXPREC_ALWAYS_INLINE void bwd_w_body(const float* dyc, const float* xp,
-                                                                 const Plan& p, int64_t i,
-                                                                 float* out) {
-  constexpr int64_t W = Lanes<V>::n;
-  using I = typename Lanes<V>::I;
-  V acc[KW];
-  for (int j = 0; j < KW; ++j) acc[j] = V{};
-  // The last block's lanes past ow hold dy = 0 but may read real input columns; a product
-  // 0 * inf would put a NaN in a tap the reference never touches, so those lanes are selected
-  // away rather than multiplied by zero.
-  const int64_t full = p.ow / W;
-  const I valid = Lanes<V>::iota < static_cast<int32_t>(p.ow - full * W);
-  for (int64_t oh = 0; oh < p.oh; ++oh) {
-    const float* xr = xp + (oh + i) * p.pw;
-    const float* dr = dyc + oh * p.owp;
-    for (int64_t b = 0; b < full; ++b) {
-      const V d = loadv<V>(dr + b * W);
-      for (int j = 0; j < KW; ++j) acc[j] += d * loadv<V>(xr + b * W + j);
-    }
-    if (full * W < p.ow) {
-      const V d = loadv<V>(dr + full * W);
-      for (int j = 0; j < KW; ++j) acc[j] += valid ? d * loadv<V>(xr + full * W + j) : V{};
-    }
-  }
-  for (int j = 0; j < KW; ++j) {
-    float s = 0.0f;
-    for (int l = 0; l < W; ++l) s += acc[j][l];
-    out[j] = s;
-  }
-}
-
-template <int KW> __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void bwd_w_avx512(
-    const float* dyc, const float* xp, const Plan& p, int64_t i, float* out) {
-  bwd_w_body<KW, v16>(dyc, xp, p, i, out);
-}
-template <int KW>
-__attribute__((target("avx2,fma"))) void bwd_w_avx2(const float* dyc, const float* xp,
-                                                    const Plan& p, int64_t i, float* out) {
-  bwd_w_body<KW, v8>(dyc, xp, p, i, out);
-}
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace cols_avx2 {
+using namespace simd::avx2;
+#include "ops/cpu/conv_direct_cols.inc"
 
 // Channels-last forms for AVX2 (lanes = the 8 output channels of the block, cout <= 8): the
 // output row and dy come in channels-last order, so no interleave or de-interleave pass is needed
@@ -207,25 +111,24 @@ __attribute__((target("avx2,fma"))) void bwd_w_avx2(const float* dyc, const floa
 // pixel's 8 lanes are stored whole, the lanes past cout overwritten by the next pixel's store, so
 // the pixels are stored in order). Blocks of 8 pixels, 8 accumulators; per tap one weight vector
 // and 8 broadcast-FMAs.
-__attribute__((target("avx2,fma"))) void fwd_row_cl_avx2(const float* xrow, const Plan& p,
-                                                         const float* wpad, const float* bias,
-                                                         bool relu, float* out) {
+void fwd_row_cl(const float* xrow, const Plan& p, const float* wpad, const float* bias, bool relu,
+                float* out) {
   constexpr int64_t P = 8;
-  const v8 b0 = loadv<v8>(bias);
+  const V b0 = loadu(bias);
   for (int64_t b = 0; b < p.owp; b += P) {
-    v8 a[P];
+    V a[P];
     for (int64_t q = 0; q < P; ++q) a[q] = b0;
     const float* wt = wpad;
     for (int64_t i = 0; i < p.kh; ++i) {
       const float* xr = xrow + i * p.pw + b;
       for (int64_t j = 0; j < p.kw; ++j, wt += kCoBlk) {
-        const v8 w = loadv<v8>(wt);
-        for (int64_t q = 0; q < P; ++q) a[q] += xr[q + j] * w;
+        const V w = loadu(wt);
+        for (int64_t q = 0; q < P; ++q) a[q] = fmadd(broadcast(xr + q + j), w, a[q]);
       }
     }
     for (int64_t q = 0; q < P; ++q) {
-      if (relu) a[q] = a[q] <= 0.0f ? v8{} : a[q];  // NaN is not <= 0: it propagates
-      storev(out + (b + q) * p.cout, a[q]);
+      if (relu) a[q] = select(a[q] <= 0.0f, splat(0.0f), a[q]);  // NaN is not <= 0: it stays
+      storeu(out + (b + q) * p.cout, a[q]);
     }
   }
 }
@@ -234,20 +137,18 @@ __attribute__((target("avx2,fma"))) void fwd_row_cl_avx2(const float* xrow, cons
 // dy[pixel][c] * xp[oh + i][ow + j] (dyc: the image's dy, channels-last f32, 8 floats readable
 // at every pixel); db[c] = the sum of dy when db is not null. Exactly the output pixels are
 // visited, so no spare lane ever multiplies an input (a 0 * inf the reference never computes).
-template <int KW> __attribute__((target("avx2,fma"))) void bwd_w_cl_avx2(const float* dyc,
-                                                                         const float* xp,
-                                                                         const Plan& p, int64_t i,
-                                                                         float* dw, float* db) {
-  v8 acc[KW];
-  for (int j = 0; j < KW; ++j) acc[j] = v8{};
-  v8 sum = {};
+template <int KW>
+void bwd_w_cl(const float* dyc, const float* xp, const Plan& p, int64_t i, float* dw, float* db) {
+  V acc[KW];
+  for (int j = 0; j < KW; ++j) acc[j] = splat(0.0f);
+  V sum = splat(0.0f);
   for (int64_t oh = 0; oh < p.oh; ++oh) {
     const float* xr = xp + (oh + i) * p.pw;
     const float* dr = dyc + oh * p.ow * p.cout;
     for (int64_t ow = 0; ow < p.ow; ++ow) {
-      const v8 d = loadv<v8>(dr + ow * p.cout);
-      for (int j = 0; j < KW; ++j) acc[j] += xr[ow + j] * d;
-      if (db) sum += d;
+      const V d = loadu(dr + ow * p.cout);
+      for (int j = 0; j < KW; ++j) acc[j] = fmadd(broadcast(xr + ow + j), d, acc[j]);
+      if (db) sum = sum + d;
     }
   }
   const int64_t taps = p.kh * p.kw;
@@ -261,26 +162,25 @@ using BwdClFn = void (*)(const float*, const float*, const Plan&, int64_t, float
 
 template <int... KW> BwdClFn pick_bwd_cl(int64_t kw, std::integer_sequence<int, KW...>) {
   BwdClFn f = nullptr;
-  ((kw == KW + 1 ? (f = &bwd_w_cl_avx2<KW + 1>) : f), ...);
+  ((kw == KW + 1 ? (f = &bwd_w_cl<KW + 1>) : f), ...);
   return f;
 }
 
 // The sum of a dy plane (n floats, a multiple of 16; zero past each row's OW): two 8-lane
 // accumulators over 16-float steps, then a fixed tree. A scalar running sum was a chain of
 // dependent adds, 26 * 32 of them per channel and image: the slowest part of the kernel.
-__attribute__((target("avx2,fma"))) float plane_sum(const float* p, int64_t n) {
-  typedef float v8 __attribute__((vector_size(32)));
-  v8 a = {}, b = {};
+float plane_sum(const float* p, int64_t n) {
+  V a = splat(0.0f), b = splat(0.0f);
   for (int64_t k = 0; k < n; k += 16) {
-    v8 x, y;
-    std::memcpy(&x, p + k, sizeof x);
-    std::memcpy(&y, p + k + 8, sizeof y);
-    a += x;
-    b += y;
+    a = a + loadu(p + k);
+    b = b + loadu(p + k + 8);
   }
-  a += b;
+  a = a + b;
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
+
+}  // namespace cols_avx2
+#pragma GCC pop_options
 
 // dst[0, n) = src[0, n) for a short row (an output row of 26 floats): whole 32-byte moves, then
 // single floats, inlined. std::copy_n became a memmove call per row, which cost more than the
@@ -295,7 +195,8 @@ using BwdFn = void (*)(const float*, const float*, const Plan&, int64_t, float*)
 
 template <int... KW> BwdFn pick_bwd(int64_t kw, bool avx512, std::integer_sequence<int, KW...>) {
   BwdFn f = nullptr;
-  ((kw == KW + 1 ? (f = avx512 ? &bwd_w_avx512<KW + 1> : &bwd_w_avx2<KW + 1>) : f), ...);
+  ((kw == KW + 1 ? (f = avx512 ? &cols_avx512::bwd_w<KW + 1> : &cols_avx2::bwd_w<KW + 1>) : f),
+   ...);
   return f;
 }
 
@@ -361,7 +262,9 @@ void conv_direct_c1_fwd(const ConvFwdProblem& pr) {
   const int64_t row_elems = p.ow * p.cout, isz = static_cast<int64_t>(dtype_size(ydt));
   const bool nchw = !dense_nhwc(pr.y, pr.g);
   const bool cl = !nchw && !avx512();  // channels-last straight from the registers (AVX2)
-  const auto row_fn = cl ? &fwd_row_cl_avx2 : avx512() ? &fwd_row_avx512 : &fwd_row_avx2;
+  const auto row_fn = cl         ? &cols_avx2::fwd_row_cl
+                      : avx512() ? &cols_avx512::fwd_row
+                                 : &cols_avx2::fwd_row;
   visit_float(pr.x.dtype(), [&]<class T>() {
 #pragma omp parallel
     {
@@ -419,7 +322,8 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
   const int64_t img_elems = p.oh * p.ow * p.cout, isz = static_cast<int64_t>(dtype_size(ddt));
   const bool nchw = !dense_nhwc(pr.dy, pr.g);
   const bool cl = !nchw && !avx512();  // channels-last dy read as it is (AVX2)
-  const BwdClFn cl_fn = pick_bwd_cl(p.kw, std::make_integer_sequence<int, kMaxK>{});
+  const cols_avx2::BwdClFn cl_fn =
+      cols_avx2::pick_bwd_cl(p.kw, std::make_integer_sequence<int, kMaxK>{});
   visit_float(pr.x.dtype(), [&]<class T>() {
 #pragma omp parallel
     {
@@ -455,7 +359,7 @@ void conv_direct_c1_bwd_weights(const ConvBwdWeightsProblem& pr) {
           const float* plane = planes.data() + co * p.oh * p.owp;
           for (int64_t i = 0; i < p.kh; ++i)
             fn(plane, xp.data(), p, i, part + co * taps + i * p.kw);
-          part[p.cout * taps + co] = plane_sum(plane, p.oh * p.owp);  // db
+          part[p.cout * taps + co] = cols_avx2::plane_sum(plane, p.oh * p.owp);  // db
         }
       }
     }
