@@ -127,12 +127,16 @@ void detail::log_measured(OpId op, std::string_view phase, const choice::Choice&
   std::string times;
   for (const auto& [name, t] : c.seconds)
     times += (times.empty() ? "" : ", ") + name + " " + std::to_string(t * 1e3) + " ms";
+  std::string how = "is the fastest, measured";
+  if (c.pinned)
+    how = "pinned (a resumed run's choice)";
+  else if (cached)
+    how = "chosen earlier, measured";
+  else if (c.runs > 1)
+    how = "is the fastest, best of " + std::to_string(c.runs) + " runs' times";
   std::fprintf(stderr, "mixprec: %.*s %.*s: %s %s (%s)  %s\n", static_cast<int>(op_name(op).size()),
                op_name(op).data(), static_cast<int>(phase.size()), phase.data(), c.kernel.c_str(),
-               c.pinned ? "pinned (a resumed run's choice)"
-               : cached ? "chosen earlier, measured"
-                        : "is the fastest, measured",
-               times.c_str(), problem.c_str());
+               how.c_str(), times.c_str(), problem.c_str());
 }
 
 namespace {

@@ -218,7 +218,8 @@ void log_measured(OpId op, std::string_view phase, const choice::Choice& c, bool
 
 // The kernel to run for p, `first` being the first that accepts it: the cached choice for p's
 // signature, or the fastest of the CPU kernels that accept p (the reference kernels never
-// compete), timed now on fresh outputs: one warm-up run each, then the best of 3 rounds.
+// compete), timed now on fresh outputs: one warm-up run each, then the best of 3 rounds. A choice
+// from the file that is not yet confirmed (kernel_choice.h) is timed again and merged with it.
 template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase, const P& p,
                                                 std::span<const Impl<P>> impls,
                                                 const Impl<P>* first) {
@@ -227,7 +228,8 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
     return k.device == Device::Type::cpu && k.name != "ref" && !kernel_disabled(k.name) &&
            k.declines(p).empty();
   };
-  if (const std::optional<choice::Choice> c = choice::lookup(sig)) {
+  const std::optional<choice::Choice> cached = choice::lookup(sig);
+  if (const std::optional<choice::Choice>& c = cached; c && !c->to_confirm()) {
     for (const Impl<P>& k : impls)
       if (k.name == c->kernel && (&k == first || usable(k))) {
         if (c->chosen()) {
@@ -261,15 +263,19 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
     }
   size_t win = 0;
   choice::Choice c;
+  c.runs = 1;
   for (size_t i = 0; i < candidates.size(); ++i) {
     c.seconds.emplace_back(candidates[i]->name, best[i]);
     if (best[i] < best[win]) win = i;
   }
   c.kernel = candidates[win]->name;
+  if (cached && cached->to_confirm()) c = choice::merge_runs(*cached, c);
   choice::count_measurement();
   choice::store(sig, c);
   choice::note_used(sig, c);
   if (verbose_level() > 0) log_measured(op, phase, c, false, p.describe());
+  for (const Impl<P>* k : candidates)
+    if (k->name == c.kernel) return k;
   return candidates[win];
 }
 

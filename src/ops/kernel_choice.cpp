@@ -102,11 +102,12 @@ Choice parse_choice(const nlohmann::json& j) {
   if (j.contains("seconds"))
     for (const auto& [name, t] : j.at("seconds").items())
       c.seconds.emplace_back(name, t.get<double>());
+  c.runs = j.value("runs", 1);
   return c;
 }
 
 nlohmann::json to_json(const Choice& c) {
-  nlohmann::json j = {{"kernel", c.kernel}};
+  nlohmann::json j = {{"kernel", c.kernel}, {"runs", c.runs}};
   nlohmann::json s = nlohmann::json::object();
   for (const auto& [name, t] : c.seconds) s[name] = t;
   j["seconds"] = s;
@@ -182,8 +183,9 @@ struct FileLock {
   }
 };
 
-// Merges `add` into the file under the lock: entries already in the file stand (the first choice
-// written for a signature is the one every later run uses). Returns "" or why it failed.
+// Merges `add` into the file under the lock: an entry already in the file stands unless the new
+// one merges more runs (a confirmation replaces the first measurement; of two processes writing
+// the same signature at once, the first stands). Returns "" or why it failed.
 std::string merge_into_file(const std::string& path, const Table& add) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -195,7 +197,10 @@ std::string merge_into_file(const std::string& path, const Table& add) {
   nlohmann::json others;
   std::string why;
   if (read_file(path, table, others, why) != FileState::ours) others = nlohmann::json::object();
-  for (const auto& [sig, c] : add) table.emplace(sig, c);
+  for (const auto& [sig, c] : add) {
+    const auto [it, inserted] = table.emplace(sig, c);
+    if (!inserted && c.runs > it->second.runs) it->second = c;
+  }
   nlohmann::json section = nlohmann::json::object();
   for (const auto& [sig, c] : table) section[sig] = to_json(c);
   nlohmann::json j = {{"format", kFormatName},
@@ -245,13 +250,30 @@ std::optional<Choice> lookup(const std::string& sig, bool with_file) {
   if (!with_file) return std::nullopt;
   load_locked(s);
   const auto it = s.file.find(sig);
-  if (it != s.file.end()) return it->second;
-  return std::nullopt;
+  if (it == s.file.end()) return std::nullopt;
+  Choice c = it->second;
+  c.from_file = true;
+  return c;
 }
 
-void store(const std::string& sig, const Choice& c) {
+Choice merge_runs(const Choice& before, const Choice& now) {
+  Choice c = now;
+  c.runs = before.runs + now.runs;
+  for (auto& [name, t] : c.seconds)
+    for (const auto& [old_name, old_t] : before.seconds)
+      if (old_name == name) t = std::min(t, old_t);
+  size_t win = 0;
+  for (size_t i = 0; i < c.seconds.size(); ++i)
+    if (c.seconds[i].second < c.seconds[win].second) win = i;
+  if (!c.seconds.empty()) c.kernel = c.seconds[win].first;
+  return c;
+}
+
+void store(const std::string& sig, const Choice& in) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
+  Choice c = in;
+  c.from_file = false;
   s.mine[sig] = c;
   if (c.seconds.empty() || s.write_failed) return;  // nothing measured: nothing to persist
   const std::string path = cache_path();

@@ -6,8 +6,15 @@
 // shapes, dtypes, strides), kept for the process, and persisted in a versioned cache file keyed by
 // the CPU (model and features) and the library version: $MIXPREC_CACHE_DIR/kernels.json, else
 // $XDG_CACHE_HOME/mixprec/, else ~/.cache/mixprec/. Writers merge under a lock and rename
-// atomically (the first choice written for a signature stands); a corrupt file or one of another
-// format or library version is ignored with a warning and rewritten.
+// atomically (for a signature, the entry merged from more runs stands, else the first written);
+// a corrupt file or one of another format or library version is ignored with a warning and
+// rewritten.
+// A measurement can be wrong the way timings are: too slow, never too fast (the machine was busy,
+// a core was taken away, the page cache was cold), and a wrong choice would stand for every later
+// run. So a choice is not trusted until kConfirmRuns processes have measured it: the first run
+// that finds an unconfirmed choice in the file times the candidates again and keeps, for each, the
+// best time of both runs (noise only ever adds time), then the kernel with the best of those.
+// From then on the signature is never timed again on this machine.
 // MIXPREC_KERNEL_CHOICE=first restores the fixed registration order (reproducible across
 // machines); measure is the default, except in data-parallel runs, which keep the fixed order (the
 // ranks must run the same kernels; each timing its own could choose differently). Every candidate
@@ -52,9 +59,21 @@ struct Choice {
   std::string kernel;
   std::vector<std::pair<std::string, double>> seconds;
   bool pinned = false;
+  int runs = 0;            // how many processes' timings `seconds` merges (a file without it: 1)
+  bool from_file = false;  // lookup found it in the cache file, not in this process's table
   // Measured (here or by an earlier run) or pinned, rather than the only candidate.
   bool chosen() const { return pinned || !seconds.empty(); }
+  // A measured choice from the file that another run must time again before it is trusted.
+  bool to_confirm() const;
 };
+inline constexpr int kConfirmRuns = 2;
+inline bool Choice::to_confirm() const {
+  return from_file && !pinned && !seconds.empty() && runs < kConfirmRuns;
+}
+// `now`'s timings merged with `before`'s (the same signature, an earlier run): per candidate the
+// best of both (candidates `now` did not time are left out), the kernel with the best time, runs
+// added.
+Choice merge_runs(const Choice& before, const Choice& now);
 
 // The choice for `sig`: pinned first (pin), then this process's, then (unless with_file is false)
 // the cache file's (read once).

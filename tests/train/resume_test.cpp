@@ -92,8 +92,8 @@ TEST(Resume, HalfStepsSaveLoadHalfStepsIsBitIdentical) {
 }
 
 TEST(Resume, BitIdenticalWithMeasuredKernelsEvenWhenTheCacheIsDeleted) {
-  // The checkpoint records the kernels its run measured; the resumed run, with an empty cache,
-  // pins them instead of measuring again (a new measurement could choose another kernel).
+  // The checkpoint records the kernels its run used; the resumed run, with an empty cache, pins
+  // them instead of measuring again (a new measurement could choose another kernel).
   // SimpleNet also records the layout its conv1 was switched to after the first step (its output
   // is flattened: ops/layout_choice.h): the resumed run writes that layout from its first step.
   for (const char* model : {"convnet-bn", "simplenet"}) {
@@ -103,8 +103,12 @@ TEST(Resume, BitIdenticalWithMeasuredKernelsEvenWhenTheCacheIsDeleted) {
     ::setenv("MIXPREC_CACHE_DIR", (dir / "cache").c_str(), 1);
     ops::KernelChoiceScope measure(ops::KernelChoice::measure);
     ops::choice::reset_for_testing();
-    const RunResult straight = train(model, "O2", 24, "", "");
+    (void)train(model, "O2", 2, "", "");  // the machine's first run measures
     ASSERT_GE(ops::choice::measurements(), 1) << "nothing was measured: the test proves nothing";
+    ops::choice::reset_for_testing();
+    // The second confirms (ops/kernel_choice.h): from here on every run takes the same kernels.
+    const RunResult straight = train(model, "O2", 24, "", "");
+    ASSERT_GE(ops::choice::measurements(), 1) << "the first run's choices went unconfirmed";
     int layouts = 0;
     for (const auto& [sig, c] : ops::choice::used())
       if (sig.find("conv2d output layout") != std::string::npos && c.kernel == "contiguous") ++layouts;
@@ -112,6 +116,7 @@ TEST(Resume, BitIdenticalWithMeasuredKernelsEvenWhenTheCacheIsDeleted) {
     const auto ckpt = (dir / "kc.safetensors").string();
     ops::choice::reset_for_testing();
     (void)train(model, "O2", 13, ckpt, "");
+    EXPECT_EQ(ops::choice::measurements(), 0) << "a confirmed cache was timed again";
     std::filesystem::remove_all(dir / "cache");
     ops::choice::reset_for_testing();  // a new process, its cache gone
     const RunResult resumed = train(model, "O2", 24, "", ckpt);
