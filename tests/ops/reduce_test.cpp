@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include "kernel_test_util.h"
 #include "op_test_util.h"
+#include "ops/reduce_problem.h"
 
 namespace mixprec {
 namespace {
@@ -64,6 +66,63 @@ TEST(Sum, LargeSumIndependentOfThreadCount) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(full1, full2);
   EXPECT_NEAR(full1, ops::sum(x.astype(DType::f64)).item(), 1e-2);
+}
+
+// The cpu kernel for sums over leading axes (ops/cpu/reduce.cpp) gives the reference's bits:
+// every dtype, one and several reduced dims, column counts around its block of 2048, sum and mean,
+// inf and NaN; and it declines what it does not do (trailing axes, strided input).
+TEST(Sum, LeadingAxesKernelGivesTheReferencesBits) {
+  auto run = [](const char* impl, const Tensor& x, const std::vector<int64_t>& axes, bool mean) {
+    ops::ForceImpl f(impl);
+    return mean ? ops::mean(x, axes) : ops::sum(x, axes);
+  };
+  for (DType d : {DType::f32, DType::bf16, DType::f16, DType::f64})
+    for (const Shape& shape : {Shape{32, 128, 128}, Shape{3, 2049}, Shape{5, 4, 2048}, Shape{1, 7}})
+      for (int lead = 1; lead < static_cast<int>(shape.size()); ++lead) {
+        std::vector<int64_t> axes;
+        for (int a = 0; a < lead; ++a) axes.push_back(a);
+        Tensor x = random(shape, 67 + lead, DType::f32);
+        if (x.numel() > 10) {
+          std::vector<float> v = x.to_vector<float>();
+          v[3] = INFINITY;
+          v[9] = std::nanf("");
+          x = Tensor::from_vector(v, shape);
+        }
+        x = x.astype(d);
+        for (bool mean : {false, true}) {
+          const Tensor fast = run("leading_rows", x, axes, mean), ref = run("ref", x, axes, mean);
+          const auto a = fast.astype(DType::f64).to_vector<double>();
+          const auto b = ref.astype(DType::f64).to_vector<double>();
+          ASSERT_EQ(a.size(), b.size());
+          for (size_t i = 0; i < a.size(); ++i)
+            ASSERT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))
+                << dtype_name(d) << " " << shape_str(shape) << " lead " << lead << " mean " << mean
+                << " at " << i << ": " << a[i] << " vs " << b[i];
+        }
+      }
+  // Declined (the reference runs): a trailing axis, a transposed input.
+  const auto kernel = testing::kernel_named<ops::ReduceSumProblem>("leading_rows");
+  const Tensor x = random({4, 6}, 70, DType::f32);
+  ops::ReducePlan trailing;
+  trailing.axes = {1};
+  trailing.out_shape = {4};
+  trailing.kept_sizes = {4};
+  trailing.kept_strides = {6};
+  trailing.red_sizes = {6};
+  trailing.red_strides = {1};
+  trailing.red_count = 6;
+  EXPECT_NE(kernel.declines({x, Tensor::empty({4}), trailing, 1.0}), "");
+  ops::ReducePlan leading;
+  leading.axes = {0};
+  leading.out_shape = {4};
+  leading.kept_sizes = {4};
+  leading.kept_strides = {1};
+  leading.red_sizes = {6};
+  leading.red_strides = {4};
+  leading.red_count = 6;
+  const Tensor xt = random({6, 4}, 71, DType::f32);
+  EXPECT_EQ(kernel.declines({xt, Tensor::empty({4}), leading, 1.0}), "");
+  EXPECT_NE(kernel.declines({x.transpose(0, 1), Tensor::empty({4}), leading, 1.0}), "");
 }
 
 }  // namespace

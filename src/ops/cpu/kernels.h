@@ -15,6 +15,7 @@
 #include "ops/matmul_problem.h"
 #include "ops/norm_problem.h"
 #include "ops/pool_problem.h"
+#include "ops/reduce_problem.h"
 
 namespace mixprec::ops::cpu {
 
@@ -71,6 +72,10 @@ void conv_small_bwd_weights(const ConvBwdWeightsProblem& p);
 // gemm_skinny.cpp: GEMMs with a dimension of at most 16 in bf16/f16 (f32 stays with oneDNN),
 // without a widened copy of the large operand: `dot` for N <= 16 with both operands contiguous
 // along K (a Dense layer's forward), `rows` for a row-major b with M or K <= 16 (its backward).
+// reduce.cpp: sum over the leading axes of a row-major tensor, the reference's bits.
+std::string reduce_sum_leading_declines(const ReduceSumProblem& p);
+void reduce_sum_leading(const ReduceSumProblem& p);
+
 std::string gemm_skinny_dot_declines(const MatmulProblem& p);
 void gemm_skinny_dot(const MatmulProblem& p);
 std::string gemm_skinny_rows_declines(const MatmulProblem& p);

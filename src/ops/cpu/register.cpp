@@ -18,6 +18,9 @@ void register_cpu_kernels() {
   register_kernel<CrossEntropyBwdProblem>(
       {"simd_rows", kCpu, cpu::cross_entropy_rows_bwd_declines, cpu::cross_entropy_rows_bwd});
 
+  register_kernel<ReduceSumProblem>(
+      {"leading_rows", kCpu, cpu::reduce_sum_leading_declines, cpu::reduce_sum_leading});
+
   register_kernel<MatmulProblem>(
       {"skinny_dot", kCpu, cpu::gemm_skinny_dot_declines, cpu::gemm_skinny_dot});
   register_kernel<MatmulProblem>(
