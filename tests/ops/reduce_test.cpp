@@ -103,23 +103,20 @@ TEST(Sum, LeadingAxesKernelGivesTheReferencesBits) {
   // Declined (the reference runs): a trailing axis, a transposed input.
   const auto kernel = testing::kernel_named<ops::ReduceSumProblem>("leading_rows");
   const Tensor x = random({4, 6}, 70, DType::f32);
-  ops::ReducePlan trailing;
-  trailing.axes = {1};
-  trailing.out_shape = {4};
-  trailing.kept_sizes = {4};
-  trailing.kept_strides = {6};
-  trailing.red_sizes = {6};
-  trailing.red_strides = {1};
-  trailing.red_count = 6;
-  EXPECT_NE(kernel.declines({x, Tensor::empty({4}), trailing, 1.0}), "");
-  ops::ReducePlan leading;
-  leading.axes = {0};
-  leading.out_shape = {4};
-  leading.kept_sizes = {4};
-  leading.kept_strides = {1};
-  leading.red_sizes = {6};
-  leading.red_strides = {4};
-  leading.red_count = 6;
+  // A 2-D plan over `axis` of a [rows, cols] tensor with strides {rs, cs}.
+  auto plan = [](int64_t axis, int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+    ops::ReducePlan p;
+    p.axes = {axis};
+    p.out_shape = {axis == 0 ? cols : rows};
+    p.kept_sizes = p.out_shape;
+    p.kept_strides = {axis == 0 ? cs : rs};
+    p.red_sizes = {axis == 0 ? rows : cols};
+    p.red_strides = {axis == 0 ? rs : cs};
+    p.red_count = p.red_sizes[0];
+    return p;
+  };
+  EXPECT_NE(kernel.declines({x, Tensor::empty({4}), plan(1, 4, 6, 6, 1), 1.0}), "");
+  const ops::ReducePlan leading = plan(0, 6, 4, 4, 1);
   const Tensor xt = random({6, 4}, 71, DType::f32);
   EXPECT_EQ(kernel.declines({xt, Tensor::empty({4}), leading, 1.0}), "");
   EXPECT_NE(kernel.declines({x.transpose(0, 1), Tensor::empty({4}), leading, 1.0}), "");
