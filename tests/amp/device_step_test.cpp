@@ -1,5 +1,6 @@
 // The device train step (src/amp/step/device.cpp) without a GPU: run on CPU tensors (the
-// AMP ops' reference kernels) it must take the host step's decisions and leave the same bits,
+// AMP ops' reference kernels) it must take the host step's decisions and leave the same bits
+// (and report the same clipping norms and gradient statistics),
 // at O0 and O2-f16 with dynamic loss scaling, through overflows that skip steps (AdamW: within
 // rounding); and moving a CPU network to the CPU changes nothing.
 #include <gtest/gtest.h>
@@ -277,6 +278,34 @@ TEST(DeviceStep, RefusesWhatItDoesNotSupportYet) {
   amp::testing::set_device_step_on_cpu(false);
   EXPECT_NE(clip.find("check_numerics is not available on a device"), std::string::npos) << clip;
   EXPECT_EQ(step->attempted_steps(), 0);
+}
+
+// Gradient statistics on the device: taken at the host step's steps, of the same gradients with
+// the same unscale, so the same numbers; none on a step whose flag is set. O2-f16 with skipped
+// steps, clipping and two steps in flight.
+TEST(DeviceStep, GradientStatisticsEqualTheHostSteps) {
+  const StepsSpec s{.model = "lenet", .level = "O2", .low = DType::f16,
+                    .manager = [] { return Handle<amp::LossScaleManager>(amp::DynamicLossScaleManager(16777216.0, 2.0, 2)); },
+                    .steps = 8, .max_grad_norm = 0.5, .grad_stats_every = 2};
+  const StepsRun host = run_steps(s, Device::cpu()), dev = device_step_on_cpu(s, 2);
+  expect_same_decisions(dev, host);
+  int with_stats = 0;
+  for (size_t k = 0; k < host.steps.size(); ++k) {
+    const auto& h = host.steps[k].grad_stats;
+    const auto& d = dev.steps[k].grad_stats;
+    ASSERT_EQ(d.size(), h.size()) << "step " << k;
+    for (size_t i = 0; i < h.size(); ++i) {
+      EXPECT_EQ(d[i].param, h[i].param) << "step " << k;
+      EXPECT_EQ(d[i].max_abs, h[i].max_abs) << "step " << k << " " << h[i].param;
+      EXPECT_EQ(d[i].underflow_fraction, h[i].underflow_fraction) << "step " << k << " " << h[i].param;
+      EXPECT_EQ(d[i].zero_fraction, h[i].zero_fraction) << "step " << k << " " << h[i].param;
+      EXPECT_EQ(d[i].recommended_scale, h[i].recommended_scale) << "step " << k << " " << h[i].param;
+    }
+    with_stats += !h.empty();
+    if (host.steps[k].overflow) EXPECT_TRUE(h.empty()) << "step " << k;
+  }
+  EXPECT_GT(with_stats, 0) << "no step took statistics: the test proves nothing";
+  EXPECT_GT(host.skipped, 0) << "the case must skip a step";
 }
 
 // Clipping on the device: the global norm and the multiplier come from the same kernel family as

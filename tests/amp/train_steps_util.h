@@ -38,6 +38,7 @@ struct StepsSpec {
   bool wait_each_step = true;
   int accumulation = 1;  // micro-batches per update (TrainStepOptions::accumulation_steps)
   double max_grad_norm = 0.0;  // > 0: clipping (TrainStepOptions::max_grad_norm)
+  int64_t grad_stats_every = 0;  // > 0: gradient statistics (TrainStepOptions::grad_stats_every)
 };
 
 struct StepsRun {
@@ -80,7 +81,9 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
     opt = std::make_unique<optim::AdamW>(net->trainable_params(), s.lr(1e-3), 0.9, 0.999, 1e-8, 0.01);
   else opt = std::make_unique<optim::Momentum>(net->trainable_params(), s.lr(0.02), 0.9, 1e-4);
   amp::BuildOptions bo{.cast_model_type = s.low, .loss_scale_manager = s.manager(),
-                       .step = {.max_grad_norm = s.max_grad_norm, .accumulation_steps = s.accumulation}};
+                       .step = {.max_grad_norm = s.max_grad_norm,
+                                .accumulation_steps = s.accumulation,
+                                .grad_stats_every = s.grad_stats_every}};
   auto step = amp::build_train_network(*net, *opt, loss_fn, s.level, bo);
   step->to(device);
   StepsRun r;

@@ -161,10 +161,8 @@ void check_device_options(const TrainStepOptions& o, bool parallel, Device devic
   if (parallel)  // the collectives' own check: tensors on a GPU need NCCL in the build
     (void)comm::detail::transport_for(device, true, communication::built_with_nccl(),
                                       "TrainOneStepCell (data parallel)");
-  const char* what = o.check_numerics         ? "check_numerics"
-                     : o.grad_stats_every > 0 ? "gradient statistics (grad_stats_every > 0)"
-                                              : nullptr;
-  MIXPREC_CHECK(what == nullptr, "TrainOneStepCell: ", what, " is not available on a device yet",
+  MIXPREC_CHECK(!o.check_numerics,
+                "TrainOneStepCell: check_numerics is not available on a device yet",
                 Hint{"train on the CPU for it (docs/cuda.md lists what the device step supports)"});
 }
 
@@ -266,11 +264,28 @@ class DeviceDecisions final : public Decisions {
       r.inv_scale = full({}, 1.0 / n, {.device = d.device});
   }
 
+  // Gradient statistics (grad_stats_every > 0, at the host step's steps): as the host step takes
+  // them, of the gradients the update is about to read, unscaled by 1 / (scale * micro-batches) in
+  // f64, and only when the step's flag (after consensus and clipping) is clear. This waits for
+  // the flag and the scale and copies the gradients to the host: every N steps, not every step.
+  static void grad_stats(StepCore& c, StepRun& r) {
+    const int64_t every = c.options.grad_stats_every;
+    if (every <= 0 || c.attempted % every != 0) return;
+    DeviceState& d = *c.device;
+    if (d.found_inf.item() != 0.0) return;
+    const double scale = c.manager ? r.scale_t.item() : 1.0;
+    const double unscale = 1.0 / (scale * c.options.accumulation_steps);
+    for (size_t i = 0; i < r.grads.size(); ++i)
+      if (r.grads[i].defined())
+        r.grad_stats.push_back(gradient_stats(c.param_name(i), r.grads[i], unscale));
+  }
+
   // The update, skipped on the device when the flag is set (drop_overflow_update), unscaling by
   // 1 / (scale * micro-batches) (f32 [], divided there) as it reads the gradients.
   void update(StepCore& c, StepRun& r) override {
     DeviceState& d = *c.device;
     NoGradGuard ng;
+    grad_stats(c, r);
     const std::vector<Tensor>& params = c.optimizer.parameters();
     for (size_t i = 0; i < r.grads.size(); ++i)
       if (!r.grads[i].defined()) r.grads[i] = zeros(params[i].shape(), {.device = d.device});
@@ -306,6 +321,7 @@ class DeviceDecisions final : public Decisions {
     c.last = StepInfo{.step = c.attempted};  // the loss scale and lr are filled in as it completes
     fill_telemetry(c.last, r.counters_before);
     f->info = c.last;
+    f->info.grad_stats = std::move(r.grad_stats);
     f->queued_at = c.attempted;
     f->data_parallel = r.reducer != nullptr;
     f->clipped = r.clipped;

@@ -89,7 +89,7 @@ void warn_applied_overflow(int64_t step) {
 GradStats gradient_stats(const std::string& name, const Tensor& grad, double scale) {
   GradStats st;
   st.param = name;
-  Tensor g = ops::amp_cast(grad, DType::f32).contiguous();
+  Tensor g = ops::amp_cast(grad.to(Device::cpu()), DType::f32).contiguous();  // a device's: copied
   if (scale != 1.0) g = ops::mul(g, scale);  // statistics of the unscaled gradient
   const float* p = g.data<float>();
   const int64_t n = g.numel();

@@ -55,8 +55,9 @@ struct StepRun {
   double grad_scale = 1.0;  // multiplies each gradient in the update: unscale, clipped
   double norm = -1.0;
   // Device decisions.
-  Tensor inv_scale;      // f32 [], the update's gradient multiplier
-  bool clipped = false;  // inv_scale is the clip stage's
+  Tensor inv_scale;                   // f32 [], the update's gradient multiplier
+  bool clipped = false;               // inv_scale is the clip stage's
+  std::vector<GradStats> grad_stats;  // this step's gradient statistics, for its StepInfo
 };
 
 // The cell's state: the network and optimizer it steps, the manager, the options and counters.
