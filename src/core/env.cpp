@@ -16,7 +16,7 @@ namespace {
 constexpr std::string_view kOnOff[] = {"0", "1"};
 constexpr std::string_view kIsa[] = {"scalar", "avx2", "avx512"};
 constexpr std::string_view kAllocator[] = {"caching", "system"};
-constexpr std::string_view kKernelChoice[] = {"measure", "first"};
+constexpr std::string_view kKernelChoice[] = {"measure", "measure-once", "first"};
 
 struct Switch {
   std::string_view name;

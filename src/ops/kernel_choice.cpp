@@ -256,6 +256,14 @@ std::optional<Choice> lookup(const std::string& sig, bool with_file) {
   return c;
 }
 
+int confirm_runs() {
+  return env::get("MIXPREC_KERNEL_CHOICE") == "measure-once" ? 1 : kConfirmRuns;
+}
+
+bool Choice::to_confirm() const {
+  return from_file && !pinned && !seconds.empty() && runs < confirm_runs();
+}
+
 Choice merge_runs(const Choice& before, const Choice& now) {
   Choice c = now;
   c.runs = before.runs + now.runs;

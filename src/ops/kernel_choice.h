@@ -14,7 +14,8 @@
 // run. So a choice is not trusted until kConfirmRuns processes have measured it: the first run
 // that finds an unconfirmed choice in the file times the candidates again and keeps, for each, the
 // best time of both runs (noise only ever adds time), then the kernel with the best of those.
-// From then on the signature is never timed again on this machine.
+// From then on the signature is never timed again on this machine. MIXPREC_KERNEL_CHOICE=
+// measure-once trusts the first run's measurement instead.
 // MIXPREC_KERNEL_CHOICE=first restores the fixed registration order (reproducible across
 // machines); measure is the default, except in data-parallel runs, which keep the fixed order (the
 // ranks must run the same kernels; each timing its own could choose differently). Every candidate
@@ -34,8 +35,9 @@ namespace mixprec::ops {
 
 enum class KernelChoice { first, measure };
 
-// MIXPREC_KERNEL_CHOICE (first | measure, default measure; another value is an error naming the
-// variable), unless a KernelChoiceScope on this thread says otherwise.
+// MIXPREC_KERNEL_CHOICE (first | measure | measure-once, default measure; measure-once measures
+// as measure does; another value is an error naming the variable), unless a KernelChoiceScope on
+// this thread says otherwise.
 KernelChoice kernel_choice();
 
 // Sets the choice mode for this thread while alive (tests; `first` for runs that must be
@@ -67,9 +69,10 @@ struct Choice {
   bool to_confirm() const;
 };
 inline constexpr int kConfirmRuns = 2;
-inline bool Choice::to_confirm() const {
-  return from_file && !pinned && !seconds.empty() && runs < kConfirmRuns;
-}
+// How many runs a choice merges before it is trusted: kConfirmRuns, or 1 with
+// MIXPREC_KERNEL_CHOICE=measure-once (the first run's measurement stands, so that every run on the
+// machine takes the kernels the first one took: runs compared bit for bit from the first one).
+int confirm_runs();
 // `now`'s timings merged with `before`'s (the same signature, an earlier run): per candidate the
 // best of both (candidates `now` did not time are left out), the kernel with the best time, runs
 // added.

@@ -112,6 +112,22 @@ TEST(KernelChoice, ASecondRunConfirmsAChoiceAndAWarmCacheThenTimesNothing) {
   EXPECT_FALSE(choice::used().empty());
 }
 
+TEST(KernelChoice, MeasureOnceTrustsTheFirstRun) {
+  SKIP_WITHOUT_ONEDNN();
+  CacheDir cache;
+  ::setenv("MIXPREC_KERNEL_CHOICE", "measure-once", 1);
+  KernelChoiceScope s(KernelChoice::measure);
+  const Tensor first = gemm(64, 96, 80, 5);
+  EXPECT_GE(choice::measurements(), 1);
+  choice::reset_for_testing();
+  const Tensor second = gemm(64, 96, 80, 5);
+  EXPECT_EQ(choice::measurements(), 0);
+  EXPECT_EQ(second.astype(DType::f32).to_vector<float>(),
+            first.astype(DType::f32).to_vector<float>());
+  for (const auto& [sig, c] : gemm_entries(cache.file())) EXPECT_EQ(c.at("runs"), 1) << sig;
+  ::unsetenv("MIXPREC_KERNEL_CHOICE");
+}
+
 TEST(KernelChoice, AConfirmingRunKeepsEachCandidatesBestTimeOfBothRuns) {
   SKIP_WITHOUT_ONEDNN();
   CacheDir cache;
