@@ -239,6 +239,42 @@ TEST(AmpKernels, TheThreadCountChangesNoBit) {
   }
 }
 
+// The clip stage's global norm (ops::amp_clip_by_global_norm_): each tensor's chunks of
+// kClipChunk summed in f64 in element order, the chunk sums added in order, tensor by tensor, the
+// bits of that sum computed here by hand; on 1, 2 and 3 threads; over many small tensors (each
+// under the 65536 elements at which the kernel used to start a parallel loop per tensor), large
+// ones, and 16-bit gradients widened chunk by chunk.
+TEST(AmpKernels, ClipNormIsTheDocumentedSumOnAnyThreadCount) {
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 30; ++i) grads.push_back(random({7 + 997 * i}, 80 + i, DType::f32));
+  grads.push_back(random({70001}, 120, DType::f32));
+  grads.push_back(random({9000}, 121, DType::f32).astype(DType::bf16));
+  grads.push_back(random({4097}, 122, DType::f32).astype(DType::f16));
+  const float scale = 1024.0f;
+  const double unscale = ops::clip_unscale(scale, 2);
+  double want = 0.0;
+  for (const Tensor& g : grads) {
+    const std::vector<float> x = g.astype(DType::f32).to_vector<float>();
+    for (size_t lo = 0; lo < x.size(); lo += ops::kClipChunk) {
+      double acc = 0.0;
+      for (size_t i = lo; i < std::min(x.size(), lo + ops::kClipChunk); ++i) {
+        const double v = static_cast<double>(x[i]) * unscale;
+        acc += v * v;
+      }
+      want += acc;
+    }
+  }
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    const Tensor found = zeros({}), inv = zeros({}), norm = zeros({}, {.dtype = DType::f64});
+    ops::amp_clip_by_global_norm_(grads, full({}, scale), 2, 1e9, found, inv, norm);
+    EXPECT_EQ(norm.item(), std::sqrt(want)) << threads << " threads";
+    EXPECT_EQ(found.item(), 0.0);
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST(AmpKernels, UpdatesCheckTheirListsAndScalars) {
   const Tensor w = zeros({3});
   EXPECT_TRUE(testing::throws_error_with(

@@ -72,8 +72,10 @@ void amp_advance_step(const AmpAdvanceStepProblem& p) {
   if (!p.found_inf.defined() || *p.found_inf.data<float>() == 0.0f) ++count;
 }
 
-// The chunks of each tensor in parallel (OpenMP), their sums combined in order: the same bits for
-// any thread count. This is the host's norm too (the train step's host strategy runs it).
+// Every tensor's chunks in one parallel loop (OpenMP; a 16-bit chunk widened in a local buffer),
+// their sums then combined in order, tensor by tensor and chunk by chunk: the same bits for any
+// thread count. This is the host's norm too (the train step's host strategy runs it). (A loop per
+// tensor left a model's many tensors under 65536 elements to one thread: gpt-tiny's 54.)
 void amp_clip(const AmpClipProblem& p) {
   if (*p.found_inf.data<float>() != 0.0f) {
     *p.norm.data<double>() = -1.0;
@@ -81,30 +83,40 @@ void amp_clip(const AmpClipProblem& p) {
   }
   const double unscale =
       clip_unscale(p.scale.defined() ? *p.scale.data<float>() : 1.0f, p.micro_batches);
-  double sq = 0.0;
-  std::vector<float> buf;
+  struct Chunk {
+    const Tensor* g;
+    int64_t lo, hi;
+  };
+  std::vector<Chunk> chunks;
+  int64_t total = 0;
   for (const Tensor& g : p.grads) {
-    const int64_t n = g.numel(), chunks = (n + kClipChunk - 1) / kClipChunk;
-    const float* x = nullptr;
-    if (g.dtype() == DType::f32) {
-      x = g.data<float>();
-    } else {
-      buf.resize(static_cast<size_t>(n));
-      convert_row(g.data_ptr(), g.dtype(), buf.data(), DType::f32, n);  // exact widening
-      x = buf.data();
-    }
-    std::vector<double> part(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double acc = 0.0;
-      for (int64_t i = c * kClipChunk; i < std::min(n, (c + 1) * kClipChunk); ++i) {
-        const double v = static_cast<double>(x[i]) * unscale;
-        acc += v * v;
-      }
-      part[static_cast<size_t>(c)] = acc;
-    }
-    for (double v : part) sq += v;
+    const int64_t n = g.numel();
+    for (int64_t lo = 0; lo < n; lo += kClipChunk)
+      chunks.push_back({&g, lo, std::min(n, lo + kClipChunk)});
+    total += n;
   }
+  std::vector<double> part(chunks.size());
+#pragma omp parallel for schedule(static) if (total > 65536)
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const Chunk& k = chunks[c];
+    const int64_t len = k.hi - k.lo;
+    float buf[kClipChunk];
+    const float* x = buf;
+    if (k.g->dtype() == DType::f32)
+      x = k.g->data<float>() + k.lo;
+    else  // exact widening
+      convert_row(
+          static_cast<const char*>(k.g->data_ptr()) + k.lo * static_cast<int64_t>(k.g->itemsize()),
+          k.g->dtype(), buf, DType::f32, len);
+    double acc = 0.0;
+    for (int64_t i = 0; i < len; ++i) {
+      const double v = static_cast<double>(x[i]) * unscale;
+      acc += v * v;
+    }
+    part[c] = acc;
+  }
+  double sq = 0.0;
+  for (double v : part) sq += v;
   clip_decide(sq, unscale, p.max_norm, p.found_inf.data<float>(), p.inv_scale.data<float>(),
               p.norm.data<double>());
 }
