@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -102,7 +103,7 @@ Choice parse_choice(const nlohmann::json& j) {
   if (j.contains("seconds"))
     for (const auto& [name, t] : j.at("seconds").items())
       c.seconds.emplace_back(name, t.get<double>());
-  c.runs = j.value("runs", 1);
+  c.runs = std::max(1, j.value("runs", 1));  // absent (an older file) or nonsense: one run
   return c;
 }
 
