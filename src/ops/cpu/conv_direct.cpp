@@ -175,8 +175,7 @@ float plane_sum(const float* p, int64_t n) {
     a = a + loadu(p + k);
     b = b + loadu(p + k + 8);
   }
-  a = a + b;
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+  return hsum(a + b);
 }
 
 }  // namespace cols_avx2

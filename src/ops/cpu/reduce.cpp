@@ -7,7 +7,6 @@
 // order, then the scale, rounded once), so the bits are the reference's, on any thread count.
 // Declined where the reference would split the chain into blocks (R > 65536).
 #include <algorithm>
-#include <vector>
 
 #include "mixprec/convert.h"
 #include "ops/cpu/kernels.h"
@@ -43,12 +42,13 @@ void reduce_sum_leading(const ReduceSumProblem& p) {
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t c0 = t * kCols, n = std::min(kCols, cols - c0);
-      std::vector<A> acc(static_cast<size_t>(n), A(0));
+      A acc[kCols];  // on the stack: no allocation per task
+      std::fill(acc, acc + n, A(0));
       for (int64_t i = 0; i < rows; ++i) {
         const T* row = x + i * cols + c0;
-        for (int64_t j = 0; j < n; ++j) acc[static_cast<size_t>(j)] += static_cast<A>(load(row[j]));
+        for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<A>(load(row[j]));
       }
-      for (int64_t j = 0; j < n; ++j) out[c0 + j] = store<T>(acc[static_cast<size_t>(j)] * scale);
+      for (int64_t j = 0; j < n; ++j) out[c0 + j] = store<T>(acc[j] * scale);
     }
   });
 }

@@ -133,7 +133,6 @@ inline V copysign(V mag, V sgn) {
 inline VI to_int(V x) { return static_cast<VI>(x); }
 inline V to_float(VI x) { return static_cast<V>(x); }
 inline V from_bits(VI x) { return std::bit_cast<V>(x); }
-inline float hsum(V x) { return x; }
 inline V lookup8(const float* tab, VI k) { return tab[k]; }
 inline V broadcast(const float* p) { return *p; }
 inline V loadu(const bf16* p) { return to_f32(*p); }
