@@ -447,6 +447,34 @@ TEST(Attention, FusedBackwardGivesTheSameBitsInEveryWave) {
   }
 }
 
+TEST(Attention, FusedForwardGivesTheSameBitsWidenedWholeOrByTile) {
+  // A forward unit widens the keys and values of its (b, h) once when they fit its bound, else
+  // tile by tile; f32 rows without padding are read in place either way. Units span groups of
+  // query blocks (here 6 slices: ceil(64 / 6) = 11 groups wanted, capped by the 5 blocks).
+  const auto isa = ops::cpu::simd::best_isa();
+  if (isa == ops::cpu::simd::Isa::scalar) GTEST_SKIP() << "no AVX2";
+  for (DType d : {DType::f32, DType::bf16})
+    for (int64_t dv : {32, 24})
+      for (bool causal : {false, true}) {
+        const Tensor q = random({3, 2, 150, 32}, 111, DType::f32, -2, 2).astype(d);
+        const Tensor k = random({3, 2, 150, 32}, 112, DType::f32, -2, 2).astype(d);
+        const Tensor v = random({3, 2, 150, dv}, 113, DType::f32).astype(d);
+        ops::AttentionParams prm;
+        prm.scale = 0.2;
+        prm.causal = causal;
+        std::vector<Tensor> out[2];
+        for (int whole = 0; whole < 2; ++whole) {
+          Shape o_shape = q.shape();
+          o_shape[3] = dv;
+          const Tensor o = Tensor::empty(o_shape, {.dtype = d}), lse = Tensor::empty({3, 2, 150});
+          ops::cpu::flash_attention_fwd({q, k, v, o, lse, prm}, isa,
+                                        whole ? int64_t{1} << 30 : int64_t{0});
+          out[whole] = {o, lse};
+        }
+        EXPECT_TRUE(same_bits(out[0], out[1])) << dtype_name(d) << " Dv " << dv << " " << causal;
+      }
+}
+
 // One vector of each ISA through simd.h's 16-bit stores (bf16, f16), roundings and loads, by
 // pointer (no vector crosses into this file's untargeted code).
 struct Out16 {

@@ -7,7 +7,8 @@
 //
 // The products run on tiles through one register-blocked micro-kernel (attention_tiles.inc:
 // rows of A broadcast, vectors of B, a block of C held in registers), compiled once per ISA.
-// Forward: one unit per (b, h, block of kBr = 32 query rows), key tiles of kBc = 64; in s = k q^T
+// Forward: one unit per (b, h, group of blocks of kBr = 32 query rows; one group unless B * H is
+// small), key tiles of kBc = 64, the unit's keys and values widened to f32 once; in s = k q^T
 // the lanes are the block's rows, so the softmax statistics are per lane; then o += p v.
 // Backward: one unit per (b, h, group of key tiles), lanes over keys (s = q k^T, dP = dO v^T);
 // each unit accumulates dK, dV of its tiles over the query blocks in order and its own share of
@@ -47,6 +48,10 @@ constexpr int64_t kMaxHead = 256;  // largest D and Dv
 constexpr int64_t kMinUnits = 64;
 constexpr int64_t kMaxGroups = 8;
 constexpr int64_t kScratchFloats = int64_t{8} << 20;
+// The forward splits the query blocks of each (b, h) into groups (its units) while B * H is
+// below kMinUnits; a unit widens the keys and values its blocks see once when they fit in
+// kWholeSliceFloats (4 MB a thread), else tile by tile.
+constexpr int64_t kWholeSliceFloats = int64_t{1} << 20;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -116,13 +121,15 @@ std::string declines(DType dt, DType sd, const Tensor& q, const Tensor& k, const
 // ---------------------------------------------------------------- per-thread buffers
 
 struct FwdBuffers {
+  bool whole;  // kw and vw hold a slice's rows, not a tile's
   std::vector<float> qt, st, acc, kw, vw, m, mnew, l, alpha;
-  FwdBuffers(const Geometry& g)
-      : qt(g.D * kBr),     // q^T of the block
-        st(kBc * kBr),     // s, then p: [key][row]
-        acc(kBr * g.Dvp),  // o accumulator
-        kw(kBc * g.D),     // a k tile widened (16-bit inputs)
-        vw(kBc * g.Dvp),   // a v tile widened and padded (if needed)
+  FwdBuffers(const Geometry& g, int64_t whole_floats)
+      : whole(g.Lk * (g.D + g.Dvp) <= whole_floats),
+        qt(g.D * kBr),                     // q^T of the block
+        st(kBc * kBr),                     // s, then p: [key][row]
+        acc(kBr * g.Dvp),                  // o accumulator
+        kw((whole ? g.Lk : kBc) * g.D),    // k rows widened (16-bit inputs)
+        vw((whole ? g.Lk : kBc) * g.Dvp),  // v rows widened and padded (if needed)
         m(kBr),
         mnew(kBr),
         l(kBr),
@@ -165,21 +172,28 @@ using namespace simd::avx2;
 
 // ---------------------------------------------------------------- forward
 
-template <class T> void fwd_typed(const AttentionFwdProblem& p, simd::Isa isa) {
+template <class T>
+void fwd_typed(const AttentionFwdProblem& p, simd::Isa isa, int64_t whole_floats) {
   const Geometry g = geometry(p.q, p.k, p.v, p.params);
   const Rows<const T> q(p.q), k(p.k), v(p.v);
   const Rows<T> o(p.o);
   float* lse = static_cast<float*>(p.lse.data_ptr());
-  const int64_t nqb = (g.Lq + kBr - 1) / kBr, units = g.B * g.H * nqb;
+  const int64_t slices = g.B * g.H, nqb = (g.Lq + kBr - 1) / kBr;
+  const int64_t want =
+      std::clamp<int64_t>((kMinUnits + slices - 1) / slices, 1, std::max<int64_t>(nqb, 1));
+  const int64_t per_group = std::max<int64_t>(1, (nqb + want - 1) / want);
+  const int64_t groups = (nqb + per_group - 1) / per_group, units = slices * groups;
   int64_t bad = 0;
 #pragma omp parallel reduction(+ : bad) if (units > 1)
   {
-    FwdBuffers w(g);
+    FwdBuffers w(g, whole_floats);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
-      const int64_t b = u / (g.H * nqb), h = u / nqb % g.H, i0 = u % nqb * kBr;
-      bad += isa == simd::Isa::avx512 ? tiles_avx512::fwd_unit<T>(g, w, q, k, v, o, lse, b, h, i0)
-                                      : tiles_avx2::fwd_unit<T>(g, w, q, k, v, o, lse, b, h, i0);
+      const int64_t b = u / (g.H * groups), h = u / groups % g.H;
+      const int64_t qb0 = u % groups * per_group, qb1 = std::min(nqb, qb0 + per_group);
+      bad += isa == simd::Isa::avx512
+                 ? tiles_avx512::fwd_unit<T>(g, w, q, k, v, o, lse, b, h, qb0, qb1)
+                 : tiles_avx2::fwd_unit<T>(g, w, q, k, v, o, lse, b, h, qb0, qb1);
     }
   }
   if (p.params.softmax_nonfinite) *p.params.softmax_nonfinite += bad;
@@ -217,10 +231,10 @@ template <class T>
 void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats) {
   const Geometry g = geometry(p.q, p.k, p.v, p.params);
   const int64_t slices = g.B * g.H, tiles = (g.Lk + kBc - 1) / kBc;
-  const int64_t want =
-      std::clamp<int64_t>((kMinUnits + slices - 1) / slices, 1, std::min(tiles, kMaxGroups));
-  const int64_t per_group = (tiles + want - 1) / want;
-  const int64_t groups = (tiles + per_group - 1) / per_group;
+  const int64_t want = std::clamp<int64_t>((kMinUnits + slices - 1) / slices, 1,
+                                           std::max<int64_t>(1, std::min(tiles, kMaxGroups)));
+  const int64_t per_group = std::max<int64_t>(1, (tiles + want - 1) / want);
+  const int64_t groups = std::max<int64_t>(1, (tiles + per_group - 1) / per_group);  // 1 if Lk = 0
   const int64_t share = std::max<int64_t>(1, g.Lq * g.Dp);
   const Rows<T> dq(p.dq);
   const bool avx512 = isa == simd::Isa::avx512;
@@ -249,7 +263,8 @@ void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floa
       }
     }
   }
-  const int64_t wave = std::clamp<int64_t>(scratch_floats / (groups * share), 1, slices);
+  const int64_t wave =
+      std::clamp<int64_t>(scratch_floats / (groups * share), 1, std::max<int64_t>(slices, 1));
   const std::unique_ptr<float[]> parts(
       groups == 1 ? nullptr : new float[static_cast<size_t>(wave * groups * share)]);
   for (int64_t s0 = 0; s0 < slices && groups > 1; s0 += wave) {
@@ -283,9 +298,9 @@ std::string flash_attention_bwd_declines(const AttentionBwdProblem& p) {
   return why;
 }
 
-void flash_attention_fwd(const AttentionFwdProblem& p, simd::Isa isa) {
+void flash_attention_fwd(const AttentionFwdProblem& p, simd::Isa isa, int64_t whole_floats) {
   visit_float(p.q.dtype(), [&]<class T>() {
-    if constexpr (!std::is_same_v<T, double>) fwd_typed<T>(p, isa);
+    if constexpr (!std::is_same_v<T, double>) fwd_typed<T>(p, isa, whole_floats);
   });
 }
 void flash_attention_bwd(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats) {
@@ -293,7 +308,12 @@ void flash_attention_bwd(const AttentionBwdProblem& p, simd::Isa isa, int64_t sc
     if constexpr (!std::is_same_v<T, double>) bwd_typed<T>(p, isa, scratch_floats);
   });
 }
-void flash_attention_fwd(const AttentionFwdProblem& p) { flash_attention_fwd(p, simd::best_isa()); }
+void flash_attention_fwd(const AttentionFwdProblem& p, simd::Isa isa) {
+  flash_attention_fwd(p, isa, kWholeSliceFloats);
+}
+void flash_attention_fwd(const AttentionFwdProblem& p) {
+  flash_attention_fwd(p, simd::best_isa(), kWholeSliceFloats);
+}
 void flash_attention_bwd(const AttentionBwdProblem& p) {
   flash_attention_bwd(p, simd::best_isa(), kScratchFloats);
 }

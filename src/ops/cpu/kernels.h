@@ -110,12 +110,14 @@ void pool_max_nhwc_bwd(const PoolBwdProblem& p);
 
 // attention.cpp: FlashAttention's blockwise algorithm with online softmax (f32 statistics),
 // register-blocked tiles on AVX-512 or AVX2 (simd::best_isa()), f32/bf16/f16 (16-bit tiles
-// widened inside the kernel). The overloads taking an ISA (one this CPU runs, not scalar) and
-// the backward's bound on its dQ scratch (in floats; it sets how many (b, h) run per wave) are
-// for tests: the results do not depend on either.
+// widened inside the kernel). The overloads taking an ISA (one this CPU runs, not scalar), the
+// forward's bound on a slice's keys and values widened at once (in floats; above it, tile by
+// tile) and the backward's bound on its dQ scratch (in floats; it sets how many (b, h) run per
+// wave) are for tests: the results do not depend on any of them.
 std::string flash_attention_declines(const AttentionFwdProblem& p);
 void flash_attention_fwd(const AttentionFwdProblem& p);
 void flash_attention_fwd(const AttentionFwdProblem& p, simd::Isa isa);
+void flash_attention_fwd(const AttentionFwdProblem& p, simd::Isa isa, int64_t whole_floats);
 std::string flash_attention_bwd_declines(const AttentionBwdProblem& p);
 void flash_attention_bwd(const AttentionBwdProblem& p);
 void flash_attention_bwd(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats);

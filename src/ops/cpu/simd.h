@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "mixprec/cpu_features.h"
 #include "mixprec/half.h"
