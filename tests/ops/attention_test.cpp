@@ -447,6 +447,25 @@ TEST(Attention, FusedBackwardGivesTheSameBitsInEveryWave) {
   }
 }
 
+TEST(Attention, FusedKernelWithNoKeysGivesNaNRows) {
+  // Lk = 0: no row has a distribution, so o, lse and dq are NaN (attention_problem.h), and the
+  // backward's grouping of zero key tiles still finishes every dq row.
+  const auto isa = ops::cpu::simd::best_isa();
+  if (isa == ops::cpu::simd::Isa::scalar) GTEST_SKIP() << "no AVX2";
+  for (DType d : {DType::f32, DType::bf16}) {
+    const Tensor q = random({2, 2, 3, 16}, 121, DType::f32).astype(d);
+    const Tensor kv = Tensor::empty({2, 2, 0, 16}, {.dtype = d});
+    ops::AttentionParams prm;
+    prm.scale = 0.25;
+    const std::vector<Tensor> out = run_fused_on(isa, int64_t{1} << 30, q, kv, kv, prm);
+    for (int i : {0, 1, 2}) {
+      const Tensor t = out[static_cast<size_t>(i)].astype(DType::f64);
+      const double* p = static_cast<const double*>(t.data_ptr());
+      for (int64_t e = 0; e < t.numel(); ++e) ASSERT_TRUE(std::isnan(p[e])) << i << " " << e;
+    }
+  }
+}
+
 TEST(Attention, FusedForwardGivesTheSameBitsWidenedWholeOrByTile) {
   // A forward unit widens the keys and values of its (b, h) once when they fit its bound, else
   // tile by tile; f32 rows without padding are read in place either way. Units span groups of
