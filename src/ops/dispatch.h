@@ -102,6 +102,16 @@ void profile_add(std::string_view op, std::string_view phase, std::string_view i
                  double seconds);
 double profile_now();
 
+// run(p), timed into the kernel profile when it is on and no capture is recording.
+template <class Problem> void timed_run(void (*run)(const Problem&), const Problem& p,
+                                        std::string_view op, std::string_view phase,
+                                        std::string_view impl) {
+  if (!profiling() || mixprec::detail::capture_recorder() != nullptr) return run(p);
+  const double t0 = profile_now();
+  run(p);
+  profile_add(op, phase, impl, profile_now() - t0);
+}
+
 // "bf16[2, 3]" for problem descriptions, logs and errors; with_strides adds "{3,1}".
 std::string desc(const Tensor& t);
 std::string desc_with_strides(const Tensor& t);
@@ -112,10 +122,13 @@ std::string desc_with_strides(const Tensor& t);
 // While capturing, the problem's data tensors (inputs() / outputs(), where the problem lists
 // them) are reported as held by the call (a kernel that reads them only through views it makes,
 // low_via_f32_batched's chunks, would otherwise hold a tensor the plan cannot see); a problem
-// that lists writes() reports those as everything its kernel writes.
+// that lists writes() reports those as everything its kernel writes. A replay (no recorder
+// active) with the kernel profile on times the call under the op, phase and kernel it was
+// dispatched as, so that GRAPH_MODE steps have the per-op table that eager steps have.
 template <class Problem> struct RecordedCall {
   Problem p;
   void (*run)(const Problem&);
+  std::string_view op, phase, impl;  // static strings: op_name, the dispatch phase, Impl::name
   void operator()() const {
     if constexpr (requires {
                     Problem::inputs();
@@ -130,7 +143,7 @@ template <class Problem> struct RecordedCall {
       if (mixprec::detail::capture_recorder() != nullptr)
         for (Tensor Problem::*m : Problem::writes()) mixprec::detail::capture_writes(p.*m);
     }
-    run(p);
+    timed_run(run, p, op, phase, impl);
   }
 };
 
@@ -145,7 +158,9 @@ template <class Problem> const Impl<Problem>* kernel_of(void (*run)(const Proble
 // a tensor back through a pointer (PoolFwdProblem::workspace) gets a tensor owned by the recorded
 // call, so every replay writes into the buffer that the recorded backward reads (the kernels
 // reuse a workspace they are handed back).
-template <class Problem> void record_call(const Problem& p, void (*run)(const Problem&)) {
+template <class Problem> void record_call(const Problem& p, void (*run)(const Problem&),
+                                          std::string_view op, std::string_view phase,
+                                          std::string_view impl) {
   if constexpr (requires {
                   { p.workspace } -> std::convertible_to<const Tensor*>;
                 }) {
@@ -153,13 +168,14 @@ template <class Problem> void record_call(const Problem& p, void (*run)(const Pr
       auto owned = std::make_shared<Tensor>();
       Problem q = p;
       q.workspace = owned.get();
-      mixprec::detail::run_kernel([q, owned, run] { run(q); });
+      mixprec::detail::run_kernel(
+          [q, owned, run, op, phase, impl] { timed_run(run, q, op, phase, impl); });
       *p.workspace = *owned;
       mixprec::detail::capture_owns(*owned);  // the call holds it through `owned`
       return;
     }
   }
-  mixprec::detail::run_kernel(RecordedCall<Problem>{p, run});
+  mixprec::detail::run_kernel(RecordedCall<Problem>{p, run, op, phase, impl});
 }
 
 namespace detail {
@@ -282,7 +298,8 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
 }  // namespace detail
 
 // Runs the first kernel registered for Problem that accepts p (see the top of this file), or,
-// for a Measured problem type in measure mode, the fastest of those that accept it.
+// for a Measured problem type in measure mode, the fastest of those that accept it. `phase` must
+// be a static string (a literal): a captured call keeps it for the profile of its replays.
 template <class Problem> void dispatch(OpId op, std::string_view phase, const Problem& p) {
   const std::span<const Impl<Problem>> impls = kernels<Problem>();
   std::string_view forced = forced_impl();
@@ -311,13 +328,9 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
           run = detail::choose_kernel(op, phase, p, impls, &impl);
       if (verbose) log_dispatch(op, phase, run->name, p.describe(), declined);
       if (mixprec::detail::capture_recorder() != nullptr) {  // GRAPH_MODE capture: record the call
-        record_call(p, run->run);
-      } else if (profiling()) {
-        const double t0 = profile_now();
-        run->run(p);
-        profile_add(op_name(op), phase, run->name, profile_now() - t0);
+        record_call(p, run->run, op_name(op), phase, run->name);
       } else {
-        run->run(p);
+        timed_run(run->run, p, op_name(op), phase, run->name);
       }
       return;
     }

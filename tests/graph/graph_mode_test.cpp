@@ -19,6 +19,7 @@
 #include "mixprec/graph/plan.h"
 #include "mixprec/mixprec.h"
 #include "mixprec/nn/zoo.h"
+#include "mixprec/ops/profile.h"
 #include "op_test_util.h"
 
 namespace mixprec {
@@ -32,7 +33,7 @@ struct Config {
 
 struct Trace {
   std::vector<std::vector<uint32_t>> tensors;  // weights, buffers, optimizer state, as f32 bits
-  std::vector<uint64_t> losses, scales;       // as f64 bits
+  std::vector<uint64_t> losses, scales;        // as f64 bits
   std::vector<bool> skipped;
   amp::GraphModeInfo info;
 };
@@ -60,7 +61,8 @@ std::pair<Tensor, Tensor> batch_for(const std::string& model, int64_t batch, int
   return {randn({batch, 1, 28, 28}, g), Tensor::from_vector(lab, {batch})};
 }
 
-Trace train(const std::string& model, const Config& c, Mode mode, int steps, std::vector<int64_t> batches) {
+Trace train(const std::string& model, const Config& c, Mode mode, int steps,
+            std::vector<int64_t> batches) {
   set_context({.mode = mode});
   manual_seed(0);
   auto net = nn::make_model(model);
@@ -75,7 +77,8 @@ Trace train(const std::string& model, const Config& c, Mode mode, int steps, std
     auto [x, y] = batch_for(model, batches[static_cast<size_t>(i) % batches.size()], i);
     // The f32 scale cannot grow past f32's range, and O0/O2-bf16 gradients stay below it: an
     // infinite image at step 2 makes those steps overflow and skip (a token input cannot).
-    if (i == 2 && c.low != DType::f16 && !nn::is_language_model(model)) x = ops::mul(x, 0x1p127f * 4.0f);
+    if (i == 2 && c.low != DType::f16 && !nn::is_language_model(model))
+      x = ops::mul(x, 0x1p127f * 4.0f);
     (void)(*step)(x, y);
     const amp::StepInfo& s = step->last_step();
     t.losses.push_back(std::bit_cast<uint64_t>(s.loss));
@@ -95,7 +98,8 @@ Trace train(const std::string& model, const Config& c, Mode mode, int steps, std
 int64_t small_batch(const std::string& model) { return nn::is_language_model(model) ? 2 : 4; }
 
 // Returns the graph run's trace (its plan's statistics included).
-Trace expect_graph_equals_eager(const std::string& model, const Config& c, int steps, std::vector<int64_t> batches) {
+Trace expect_graph_equals_eager(const std::string& model, const Config& c, int steps,
+                                std::vector<int64_t> batches) {
   SCOPED_TRACE(model + " " + c.level + " " + std::string(dtype_name(c.low)));
   const Trace eager = train(model, c, Mode::pynative, steps, batches);
   const Trace graph = train(model, c, Mode::graph, steps, batches);
@@ -105,7 +109,8 @@ Trace expect_graph_equals_eager(const std::string& model, const Config& c, int s
     EXPECT_GE(skips, 1) << "the configuration must overflow at least once";
   EXPECT_LT(skips, steps) << "and apply at least one update";
   EXPECT_EQ(graph.info.fallback, "");
-  EXPECT_GE(graph.info.replays, steps - 2 * static_cast<int>(batches.size())) << "the graph run must replay";
+  EXPECT_GE(graph.info.replays, steps - 2 * static_cast<int>(batches.size()))
+      << "the graph run must replay";
   EXPECT_EQ(graph.skipped, eager.skipped);
   EXPECT_EQ(graph.scales, eager.scales);
   EXPECT_EQ(graph.losses, eager.losses);
@@ -116,17 +121,22 @@ Trace expect_graph_equals_eager(const std::string& model, const Config& c, int s
 }
 
 // f16 gradients overflow from 2^20; O0 and O2-bf16 ones overflow through the infinite input.
-const Config kConfigs[] = {{"O0", DType::f32, amp::kMaxLossScale}, {"O2", DType::bf16, amp::kMaxLossScale}, {"O2", DType::f16, 0x1p20}};
+const Config kConfigs[] = {{"O0", DType::f32, amp::kMaxLossScale},
+                           {"O2", DType::bf16, amp::kMaxLossScale},
+                           {"O2", DType::f16, 0x1p20}};
 
 class GraphModeZoo : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GraphModeZoo, SixStepsBitwiseEqualToEagerAtO0O2Bf16O2F16WithSkippedSteps) {
-  for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 6, {small_batch(GetParam())});
+  for (const Config& c : kConfigs)
+    expect_graph_equals_eager(GetParam(), c, 6, {small_batch(GetParam())});
 }
 
 TEST_P(GraphModeZoo, SlowTwentyStepsBitwiseEqualToEager) {
-  for (const Config& c : kConfigs) expect_graph_equals_eager(GetParam(), c, 20, {2 * small_batch(GetParam())});
-  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, amp::kMaxLossScale}, 20, {2 * small_batch(GetParam())});
+  for (const Config& c : kConfigs)
+    expect_graph_equals_eager(GetParam(), c, 20, {2 * small_batch(GetParam())});
+  expect_graph_equals_eager(GetParam(), {"O1", DType::bf16, amp::kMaxLossScale}, 20,
+                            {2 * small_batch(GetParam())});
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, GraphModeZoo, ::testing::ValuesIn(nn::model_names()),
@@ -181,7 +191,8 @@ TEST(GraphMode, ToFloatMidRunCapturesAgainAndStaysBitwiseEqual) {
     auto net = nn::make_model("lenet");
     nn::SoftmaxCrossEntropyWithLogits loss_fn({.sparse = true, .reduction = nn::Reduction::mean});
     optim::Momentum opt(net->trainable_params(), 0.01, 0.9);
-    auto step = amp::build_train_network(*net, opt, loss_fn, "O2", {.cast_model_type = DType::bf16});
+    auto step =
+        amp::build_train_network(*net, opt, loss_fn, "O2", {.cast_model_type = DType::bf16});
     for (int i = 0; i < 8; ++i) {
       if (i == 4) net->to_float(DType::f32);
       auto [x, y] = batch_for("lenet", 4, i);
@@ -251,8 +262,39 @@ TEST(GraphPlan, ReplaysOnNewInputValuesWithoutAllocatingAndPlansAnArena) {
   plan->replay();
   EXPECT_EQ(memory_stats().allocations, allocs);
   const Tensor h = ops::relu(ops::matmul(a, w));
-  const Tensor expect = ops::sum(ops::mul(ops::add(h, h), 0.5).astype(DType::bf16).astype(DType::f32));
+  const Tensor expect =
+      ops::sum(ops::mul(ops::add(h, h), 0.5).astype(DType::bf16).astype(DType::f32));
   EXPECT_EQ(out.item(), expect.item());
+}
+
+TEST(GraphPlan, AReplayIsInTheKernelProfileUnderTheOpsItWasCapturedAs) {
+  // The profile of a GRAPH_MODE step: each replayed call under its op, phase and kernel, once a
+  // replay; the capture itself (the eager step it records) is not profiled.
+  NoGradGuard ng;
+  const Tensor a = testing::random({64, 32}, 1, DType::f32);
+  const Tensor w = testing::random({32, 48}, 2, DType::f32);
+  Tensor out;
+  std::string why;
+  ops::profile_reset();
+  ops::set_profiling(true);
+  auto plan = graph::Plan::capture([&] { out = ops::relu(ops::matmul(a, w)); }, &why);
+  ASSERT_TRUE(plan) << why;
+  EXPECT_TRUE(ops::profile_rows().empty());
+  plan->replay();
+  plan->replay();
+  ops::set_profiling(false);
+  plan->replay();  // not counted
+  const std::vector<ops::ProfileRow> rows = ops::profile_rows();
+  ops::profile_reset();
+  auto calls = [&](const std::string& op, const std::string& phase) {
+    int64_t n = 0;
+    for (const ops::ProfileRow& r : rows)
+      if (r.op == op && r.phase == phase) n += r.calls;
+    return n;
+  };
+  EXPECT_EQ(calls("matmul", "forward"), 2);
+  EXPECT_EQ(calls("relu", "forward"), 2);
+  for (const ops::ProfileRow& r : rows) EXPECT_FALSE(r.impl.empty()) << r.op;
 }
 
 // Outputs handed to plan_memory share the arena with the intermediates that die before them
@@ -278,7 +320,8 @@ TEST(GraphPlan, OutputsGoIntoTheArenaKeepTheirValuesAndAreRewrittenByEachReplay)
   EXPECT_EQ(big.to_vector<float>(), captured) << "values copied into the arena";
   EXPECT_EQ(small.item(), captured_sum);
   EXPECT_EQ(plan->stats().held_bytes, 0) << "the outputs are planned, not held apart";
-  EXPECT_LT(plan->stats().arena_bytes, plan->stats().unplanned_bytes) << "the late output reuses dead bytes";
+  EXPECT_LT(plan->stats().arena_bytes, plan->stats().unplanned_bytes)
+      << "the late output reuses dead bytes";
   a.copy_(testing::random({128, 64}, 6, DType::f32));
   plan->replay();
   Tensor want_big, want_small;
