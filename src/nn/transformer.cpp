@@ -21,8 +21,8 @@ std::array<Tensor, 3> MultiheadAttention::project_qkv(const Tensor& x) {
   const int64_t B = x.size(0), L = x.size(1), D = embed_dim_ / num_heads_;
   // [B, L, 3E] -> [B, L, 3, H, D] -> [3, B, H, L, D]
   const Tensor qkv = ops::permute(ops::reshape(in_proj(x), {B, L, 3, num_heads_, D}), {2, 0, 3, 1, 4});
-  return {ops::squeeze(ops::slice(qkv, 0, 0, 1), 0), ops::squeeze(ops::slice(qkv, 0, 1, 2), 0),
-          ops::squeeze(ops::slice(qkv, 0, 2, 3), 0)};
+  const std::vector<Tensor> parts = ops::unbind(qkv, 0);  // d qkv: one tensor in in_proj's layout
+  return {parts[0], parts[1], parts[2]};
 }
 
 Tensor MultiheadAttention::merge_heads(const Tensor& o) {

@@ -7,6 +7,7 @@
 #include "core/tensor_raw.h"
 #include "mixprec/ops/numerics.h"
 #include "ops/cast_cache.h"
+#include "ops/layout.h"
 #include "ops/layout_choice.h"
 #include "ops/op_common.h"
 
@@ -108,6 +109,39 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
     });
   }
   return out;
+}
+
+// ---------------------------------------------------------------- unbind
+
+// One autograd node for all the parts (recorded as a slice): its backward writes each part's
+// gradient into one tensor laid out like x (a missing one arrives as zeros from the engine),
+// where a slice per part would make a zero tensor of x's whole shape each, sum them, and
+// leave a permuted x's gradient in row-major order for its view to copy.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  MIXPREC_CHECK(x.dim() > 0, "unbind: cannot unbind a scalar", Hint{"unsqueeze it first"});
+  const int64_t d = wrap_dim(dim, x.dim(), "unbind dim");
+  Shape part = x.shape();
+  part.erase(part.begin() + d);
+  std::vector<Tensor> outs;
+  for (int64_t i = 0; i < x.size(d); ++i) {
+    outs.push_back(mixprec::detail::raw_view(mixprec::detail::raw_slice(x, d, i, i + 1, 1), part));
+    carry_explicit_dtype({&x}, outs.back());
+  }
+  if (autograd::needs_grad({&x}) && !outs.empty()) {
+    const Shape in_shape = x.shape();
+    const Strides layout = dense_strides_like(x);
+    record(OpId::slice, {x}, outs, [=](const std::vector<Tensor>& g) {
+      Tensor full = empty_strided(in_shape, layout, g[0].dtype(), g[0].device());
+      NoGradGuard no_grad;
+      for (size_t i = 0; i < g.size(); ++i) {
+        const auto at = static_cast<int64_t>(i);
+        mixprec::detail::raw_view(mixprec::detail::raw_slice(full, d, at, at + 1, 1), part)
+            .copy_(g[i]);
+      }
+      return std::vector<Tensor>{full};
+    });
+  }
+  return outs;
 }
 
 // ---------------------------------------------------------------- concat

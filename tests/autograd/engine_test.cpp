@@ -12,6 +12,7 @@
 
 namespace mixprec {
 namespace {
+using testing::all_close;
 using testing::random;
 using testing::throws_error_with;
 
@@ -187,6 +188,39 @@ TEST(Autograd, ViewsPassGradientsBack) {
   EXPECT_TRUE(testing::gradcheck([](const std::vector<Tensor>& in) {
     return ops::broadcast_to(in[0], {3, 2, 4});
   }, {random({2, 1}, 9)}));
+}
+
+TEST(Autograd, UnbindPartsAreViewsAndGetTheirGradientsBack) {
+  // q, k, v of a packed projection: [B, L, 3, H, D] permuted to [3, B, H, L, D], unbound (the
+  // backward writes the three into one tensor laid out like the permuted input, so that the
+  // permute's gradient is a view of it: MultiheadAttention's in_proj gradient without a copy).
+  const Tensor base = random({2, 5, 3, 2, 4}, 11).set_requires_grad(true);
+  const Tensor qkv = ops::permute(base, {2, 0, 3, 1, 4});
+  const std::vector<Tensor> parts = ops::unbind(qkv, 0);
+  ASSERT_EQ(parts.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(parts[static_cast<size_t>(i)].shape(), (Shape{2, 2, 5, 4}));
+    EXPECT_EQ(parts[static_cast<size_t>(i)].data_ptr(), qkv.slice(0, i, i + 1).data_ptr())
+        << "a view";
+  }
+  // v gets no gradient (zeros), q and k weighted differently.
+  const Tensor y =
+      ops::add(ops::sum(ops::mul(parts[0], 2.0)), ops::sum(ops::mul(parts[1], parts[1])));
+  y.backward();
+  const Shape one{1, 2, 2, 5, 4};
+  const Tensor expect = ops::concat(
+      {ops::mul(ones(one, {.dtype = DType::f64}), 2.0),
+       ops::mul(ops::reshape(parts[1].detach(), one), 2.0), zeros(one, {.dtype = DType::f64})},
+      0);
+  EXPECT_TRUE(all_close(base.grad(), ops::permute(expect, {1, 3, 0, 2, 4}), {0.0, 0.0}));
+  EXPECT_TRUE(testing::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        const std::vector<Tensor> p = ops::unbind(ops::permute(in[0], {1, 0, 2}), 0);
+        return ops::add(ops::mul(p[0], 3.0), ops::mul(p[2], p[1]));
+      },
+      {random({2, 3, 4}, 12)}));
+  EXPECT_TRUE(throws_error_with([] { ops::unbind(Tensor::from_vector<float>({1.0f}, {})); },
+                                "cannot unbind a scalar"));
 }
 
 }  // namespace

@@ -147,6 +147,9 @@ Tensor flatten(const Tensor& x, int64_t start = 1, int64_t end = -1);
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+// The parts of x along dim, as views of x without that dim (x.size(dim) of them): q, k and v of a
+// packed projection. Their gradients go into one tensor laid out like x.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
 Tensor squeeze(const Tensor& x, std::optional<int64_t> dim = std::nullopt);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
