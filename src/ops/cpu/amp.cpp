@@ -1,10 +1,12 @@
 // The cpu backend's AMP multi-tensor kernels (ops/amp_problem.h): the unscale + finite check and
-// the optimizers' fused updates, as OpenMP loops over chunks of 4096 elements. Each chunk is done
-// whole while it is in cache (a 16-bit chunk widened, scaled, checked and rounded back; a chunk of
-// weights updated, then rounded into its working copy), chunks are independent, and the flag is
-// an OR reduction: no result depends on the thread count. Bit for bit the reference kernels (the
-// same element formulas, no contraction: this file is compiled with -ffp-contract=off).
+// the optimizers' fused updates, as one OpenMP loop over the chunks of 4096 elements of all the
+// tensors. Each chunk is done whole while it is in cache (a 16-bit chunk widened, scaled, checked
+// and rounded back; a chunk of weights updated, then rounded into its working copy), chunks are
+// independent, and the flag is an OR reduction: no result depends on the thread count. Bit for bit
+// the reference kernels (the same element formulas, no contraction: this file is compiled with
+// -ffp-contract=off).
 #include <algorithm>
+#include <vector>
 
 #include "mixprec/convert.h"
 #include "ops/cpu/kernels.h"
@@ -17,49 +19,60 @@ constexpr int64_t kParallelFrom = 65536;  // elements: a smaller tensor is not w
 
 int64_t chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-// Contiguous f32: scaled in place (do_scale), or only checked (no write pass). True if any value
-// is not finite.
-bool unscale_f32(float* p, int64_t n, float inv, bool do_scale) {
-  int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n > kParallelFrom)
-  for (int64_t c = 0; c < chunks(n); ++c) {
-    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-    int local = 0;
-    if (do_scale) {
-      for (int64_t i = lo; i < hi; ++i) {
-        const float v = p[i] * inv;
-        local |= !finite_bits(v);
-        p[i] = v;
-      }
-    } else {
-      for (int64_t i = lo; i < hi; ++i) local |= !finite_bits(p[i]);
+// Contiguous f32, chunk [lo, hi): scaled in place (do_scale), or only checked (no write pass).
+// True if any value is not finite.
+bool unscale_f32(float* p, int64_t lo, int64_t hi, float inv, bool do_scale) {
+  int local = 0;
+  if (do_scale) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = p[i] * inv;
+      local |= !finite_bits(v);
+      p[i] = v;
     }
-    bad |= local;
+  } else {
+    for (int64_t i = lo; i < hi; ++i) local |= !finite_bits(p[i]);
   }
-  return bad != 0;
+  return local != 0;
 }
 
-// Contiguous f16/bf16: widen a chunk, scale, check the value as it will be stored, round back
-// (no write when only checking).
-bool unscale_16(void* p, DType dt, int64_t n, float inv, bool do_scale) {
-  int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n > kParallelFrom)
-  for (int64_t c = 0; c < chunks(n); ++c) {
-    const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-    alignas(64) float buf[kChunk];
-    char* base = static_cast<char*>(p) + lo * 2;
-    convert_row(base, dt, buf, DType::f32, hi - lo);
-    int local = 0;
-    for (int64_t i = 0; i < hi - lo; ++i) {
-      const float v = do_scale ? buf[i] * inv : buf[i];
-      local |= !stores_finite(v, dt);
-      buf[i] = v;
-    }
-    if (do_scale) convert_row(buf, DType::f32, base, dt, hi - lo);
-    bad |= local;
+// Contiguous f16/bf16, chunk [lo, hi): widened, scaled, the value checked as it will be stored,
+// rounded back (no write when only checking).
+bool unscale_16(void* p, DType dt, int64_t lo, int64_t hi, float inv, bool do_scale) {
+  alignas(64) float buf[kChunk];
+  char* base = static_cast<char*>(p) + lo * 2;
+  convert_row(base, dt, buf, DType::f32, hi - lo);
+  int local = 0;
+  for (int64_t i = 0; i < hi - lo; ++i) {
+    const float v = do_scale ? buf[i] * inv : buf[i];
+    local |= !stores_finite(v, dt);
+    buf[i] = v;
   }
-  return bad != 0;
+  if (do_scale) convert_row(buf, DType::f32, base, dt, hi - lo);
+  return local != 0;
 }
+
+// The chunks of a list of tensors, numbered across all of them (a parameter list is mostly
+// tensors below one thread's worth of work: one parallel loop over every chunk of every tensor,
+// not one per tensor). The tensors' pointers are read here, before the loop.
+struct Chunks {
+  std::vector<int64_t> first;  // first[t]: the number of chunk 0 of tensor t; first.back(): total
+  std::vector<int64_t> size;
+  int64_t elements = 0;
+  explicit Chunks(const std::vector<Tensor>& ts) : first(ts.size() + 1, 0), size(ts.size()) {
+    for (size_t t = 0; t < ts.size(); ++t) {
+      size[t] = ts[t].numel();
+      first[t + 1] = first[t] + chunks(size[t]);
+      elements += size[t];
+    }
+  }
+  int64_t total() const { return first.back(); }
+  // Chunk c's tensor and element range.
+  void locate(int64_t c, size_t& t, int64_t& lo, int64_t& hi) const {
+    t = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1);
+    lo = (c - first[t]) * kChunk;
+    hi = std::min(size[t], lo + kChunk);
+  }
+};
 
 // Elements [lo, hi) of one parameter: the step on the weights w and state s0, s1 with the
 // gradient g (of storage type G, widened as it is read: no extra pass) times inv.
@@ -86,10 +99,19 @@ template <class Step> void update_chunk(const Step& step, float* w, float* s0, f
 void amp_unscale(const AmpUnscaleProblem& p) {
   const float inv = *p.inv_scale.data<float>();
   const bool do_scale = inv != 1.0f;  // x * 1 is x: a scale of 1 is a pure check
-  bool bad = false;
-  for (const Tensor& g : p.grads)
-    bad |= g.dtype() == DType::f32 ? unscale_f32(g.data<float>(), g.numel(), inv, do_scale)
-                                   : unscale_16(g.data_ptr(), g.dtype(), g.numel(), inv, do_scale);
+  const Chunks all(p.grads);
+  std::vector<void*> data(p.grads.size());
+  for (size_t t = 0; t < p.grads.size(); ++t) data[t] = p.grads[t].data_ptr();
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (all.elements > kParallelFrom)
+  for (int64_t c = 0; c < all.total(); ++c) {
+    size_t t;
+    int64_t lo, hi;
+    all.locate(c, t, lo, hi);
+    const DType dt = p.grads[t].dtype();
+    bad |= dt == DType::f32 ? unscale_f32(static_cast<float*>(data[t]), lo, hi, inv, do_scale)
+                            : unscale_16(data[t], dt, lo, hi, inv, do_scale);
+  }
   if (bad) *p.found_inf.data<float>() = 1.0f;
 }
 
@@ -97,21 +119,33 @@ template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
   if (p.skipped_on_host()) return;
   const Step step = p.step_on_host();
   const float inv = p.inv_scale_on_host();
-  for (size_t t = 0; t < p.params.size(); ++t) {
-    const Tensor& param = p.params[t];
-    const int64_t n = param.numel();
-    float* w = param.data<float>();
-    const std::array<float*, 2> s = p.state_of(t);
-    const void* g = p.grads[t].data_ptr();
-    const DType gdt = p.grads[t].dtype();
-    char* low = p.working.empty() ? nullptr : static_cast<char*>(p.working[t].data_ptr());
-    const DType ldt = low ? p.working[t].dtype() : DType::f32;
-#pragma omp parallel for schedule(static) if (n > kParallelFrom)
-    for (int64_t c = 0; c < chunks(n); ++c) {
-      const int64_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
-      update_chunk(step, w, s[0], s[1], g, gdt, lo, hi, inv);
-      if (low) convert_row(w + lo, DType::f32, low + lo * 2, ldt, hi - lo);
-    }
+  const Chunks all(p.params);
+  struct Tensors {
+    float* w;
+    std::array<float*, 2> s;
+    const void* g;
+    DType gdt;
+    char* low;
+    DType ldt;
+  };
+  std::vector<Tensors> ts(p.params.size());
+  for (size_t t = 0; t < ts.size(); ++t) {
+    const bool low = !p.working.empty();
+    ts[t] = {p.params[t].template data<float>(),
+             p.state_of(t),
+             p.grads[t].data_ptr(),
+             p.grads[t].dtype(),
+             low ? static_cast<char*>(p.working[t].data_ptr()) : nullptr,
+             low ? p.working[t].dtype() : DType::f32};
+  }
+#pragma omp parallel for schedule(static) if (all.elements > kParallelFrom)
+  for (int64_t c = 0; c < all.total(); ++c) {
+    size_t t;
+    int64_t lo, hi;
+    all.locate(c, t, lo, hi);
+    const Tensors& x = ts[t];
+    update_chunk(step, x.w, x.s[0], x.s[1], x.g, x.gdt, lo, hi, inv);
+    if (x.low) convert_row(x.w + lo, DType::f32, x.low + lo * 2, x.ldt, hi - lo);
   }
 }
 template void fused_update(const FusedSgdProblem&);
