@@ -260,62 +260,82 @@ TEST(SimdMath, EveryIsaAndEveryRowLengthGiveTheSameBits) {
   }
 }
 
-// exp_nonpositive (the attention softmax's exp) against exp, bit for bit, for the non-positive
-// x from `first` down to kExpLo's neighbourhood, every `stride`-th bit pattern, plus -inf, -0,
-// far-negative values and NaN: the number of inputs where the two differ. One copy per ISA, by
-// pointer (no vector crosses into this file's untargeted code).
-#define MIXPREC_EXP_NONPOSITIVE_DIFFS                                                          \
-  int64_t exp_nonpositive_diffs(uint32_t stride) {                                             \
-    int64_t diffs = 0;                                                                         \
-    float xs[kLanes], a[kLanes], b[kLanes];                                                    \
-    auto check = [&] {                                                                         \
-      storeu(a, exp(loadu(xs)));                                                               \
-      storeu(b, exp_nonpositive(loadu(xs)));                                                   \
-      for (int l = 0; l < kLanes; ++l)                                                         \
-        diffs += std::bit_cast<uint32_t>(a[l]) != std::bit_cast<uint32_t>(b[l]);               \
-    };                                                                                         \
-    int l = 0;                                                                                 \
-    for (uint64_t bits = 0x80000000u; bits <= 0xC2B00000u; bits += stride) {                   \
-      xs[l++] = std::bit_cast<float>(static_cast<uint32_t>(bits));                             \
-      if (l == kLanes) check(), l = 0;                                                         \
-    }                                                                                          \
-    for (float x :                                                                             \
-         {-std::numeric_limits<float>::infinity(), -0.0f, 0.0f, -87.3365479f, -87.3365402f,    \
-          -87.3365555f, -100.0f, -1e30f, -3.4e38f, std::numeric_limits<float>::quiet_NaN()}) { \
-      xs[l++] = x;                                                                             \
-      if (l == kLanes) check(), l = 0;                                                         \
-    }                                                                                          \
-    for (; l > 0 && l < kLanes;) xs[l++] = -1.0f;                                              \
-    if (l == kLanes) check();                                                                  \
-    return diffs;                                                                              \
+// exp's narrower forms (exp_nonpositive, exp_in_range) against exp, bit for bit: the number of
+// inputs where they differ, over the bit patterns [from, to] taken every `stride`-th, plus
+// `extra`. One copy per ISA, by pointer (no vector crosses into this file's untargeted code).
+#define MIXPREC_EXP_FORM_DIFFS                                                                     \
+  struct NonPositive {                                                                             \
+    V operator()(V x) const { return exp_nonpositive(x); }                                         \
+  };                                                                                               \
+  struct InRange {                                                                                 \
+    V operator()(V x) const { return exp_in_range(x); }                                            \
+  };                                                                                               \
+  template <class Form>                                                                            \
+  int64_t diffs(uint64_t from, uint64_t to, uint32_t stride, std::initializer_list<float> extra) { \
+    int64_t n = 0;                                                                                 \
+    float xs[kLanes], a[kLanes], b[kLanes];                                                        \
+    int l = 0;                                                                                     \
+    auto add = [&](float x) {                                                                      \
+      xs[l++] = x;                                                                                 \
+      if (l < kLanes) return;                                                                      \
+      storeu(a, exp(loadu(xs)));                                                                   \
+      storeu(b, Form()(loadu(xs)));                                                                \
+      for (int i = 0; i < kLanes; ++i)                                                             \
+        n += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);                       \
+      l = 0;                                                                                       \
+    };                                                                                             \
+    for (uint64_t bits = from; bits <= to; bits += stride)                                         \
+      add(std::bit_cast<float>(static_cast<uint32_t>(bits)));                                      \
+    for (float x : extra) add(x);                                                                  \
+    while (l != 0) add(-1.0f);                                                                     \
+    return n;                                                                                      \
+  }                                                                                                \
+  int64_t form_diffs(bool in_range, uint64_t from, uint64_t to, uint32_t stride,                   \
+                     std::initializer_list<float> extra) {                                         \
+    return in_range ? diffs<InRange>(from, to, stride, extra)                                      \
+                    : diffs<NonPositive>(from, to, stride, extra);                                 \
   }
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 namespace exp_avx512 {
 using namespace ops::cpu::simd::avx512;
-MIXPREC_EXP_NONPOSITIVE_DIFFS
+MIXPREC_EXP_FORM_DIFFS
 }  // namespace exp_avx512
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 namespace exp_avx2 {
 using namespace ops::cpu::simd::avx2;
-MIXPREC_EXP_NONPOSITIVE_DIFFS
+MIXPREC_EXP_FORM_DIFFS
 }  // namespace exp_avx2
 #pragma GCC pop_options
 namespace exp_scalar {
 using namespace ops::cpu::simd::scalar;
-MIXPREC_EXP_NONPOSITIVE_DIFFS
+MIXPREC_EXP_FORM_DIFFS
 }  // namespace exp_scalar
 
-TEST(SimdMath, ExpNonpositiveIsExpBitForBitOnItsDomain) {
-  // Every non-positive f32 down to below kExpLo on the widest ISA (1.1 billion), every 7th and
-  // every 101st bit pattern on the narrower ones.
+// A form's differing inputs on one ISA, `wide` the widest ISA's stride (the others' larger).
+int64_t form_diffs(Isa isa, bool in_range, uint64_t from, uint64_t to, uint32_t wide,
+                   std::initializer_list<float> x) {
+  return isa == Isa::avx512 ? exp_avx512::form_diffs(in_range, from, to, wide, x)
+         : isa == Isa::avx2 ? exp_avx2::form_diffs(in_range, from, to, wide * 7 + 1, x)
+                            : exp_scalar::form_diffs(in_range, from, to, wide * 61 + 1, x);
+}
+
+TEST(SimdMath, ExpNarrowFormsAreExpBitForBitOnTheirDomains) {
+  // exp_nonpositive: every non-positive f32 from -0 to past -88 (1.1 billion on the widest ISA),
+  // with -inf, far negatives and NaN. exp_in_range: every 5th f32 of [-88, 88] and both ends.
+  const std::initializer_list<float> neg = {-kInf,        -0.0f,        0.0f,    -87.3365479f,
+                                            -87.3365402f, -87.3365555f, -100.0f, -1e30f,
+                                            -3.4e38f,     kNaN};
+  const std::initializer_list<float> ends = {88.0f, -88.0f, 87.9999924f, -87.9999924f};
   for (Isa isa : isas_here()) {
-    const int64_t diffs = isa == Isa::avx512 ? exp_avx512::exp_nonpositive_diffs(1)
-                          : isa == Isa::avx2 ? exp_avx2::exp_nonpositive_diffs(7)
-                                             : exp_scalar::exp_nonpositive_diffs(101);
-    EXPECT_EQ(diffs, 0) << ops::cpu::simd::isa_name(isa);
+    EXPECT_EQ(form_diffs(isa, false, 0x80000000u, 0xC2B00000u, 1, neg), 0)
+        << "exp_nonpositive on " << ops::cpu::simd::isa_name(isa);
+    EXPECT_EQ(form_diffs(isa, true, 0u, 0x42B00000u, 5, ends) +
+                  form_diffs(isa, true, 0x80000000u, 0xC2B00000u, 5, {}),
+              0)
+        << "exp_in_range on " << ops::cpu::simd::isa_name(isa);
   }
 }
 
