@@ -25,7 +25,8 @@ void NumericsCheckScope::record(NonFiniteEvent e) {
 FiniteSummary summarize_finite(const Tensor& t) {
   FiniteSummary s;
   if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return s;
-  const Tensor c = t.contiguous();
+  // A tensor on a GPU is read back first (check_numerics on a device: a wait per op).
+  const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(Device::cpu()).contiguous();
   visit_float(c.dtype(), [&]<class T>() {
     const T* p = static_cast<const T*>(c.data_ptr());
     const int64_t n = c.numel();

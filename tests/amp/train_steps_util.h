@@ -39,6 +39,7 @@ struct StepsSpec {
   int accumulation = 1;  // micro-batches per update (TrainStepOptions::accumulation_steps)
   double max_grad_norm = 0.0;  // > 0: clipping (TrainStepOptions::max_grad_norm)
   int64_t grad_stats_every = 0;  // > 0: gradient statistics (TrainStepOptions::grad_stats_every)
+  bool check_numerics = false;    // TrainStepOptions::check_numerics
 };
 
 struct StepsRun {
@@ -83,6 +84,7 @@ inline StepsRun run_steps(const StepsSpec& s, Device device) {
   amp::BuildOptions bo{.cast_model_type = s.low, .loss_scale_manager = s.manager(),
                        .step = {.max_grad_norm = s.max_grad_norm,
                                 .accumulation_steps = s.accumulation,
+                                .check_numerics = s.check_numerics,
                                 .grad_stats_every = s.grad_stats_every}};
   auto step = amp::build_train_network(*net, *opt, loss_fn, s.level, bo);
   step->to(device);

@@ -126,9 +126,9 @@ struct StepCore;  // the step's state and stages (src/amp/step/)
 // cuda::Readback and complete the StepInfo when it is read (last_step(), skipped_steps()), polled
 // (poll_steps(), the next step), or when kStepsInFlight steps are queued. The optimizer's step
 // count is kept on the device as well, so a step's learning rate never waits for the previous
-// step's outcome. There the step supports data parallel (NCCL), gradient accumulation and every
-// optimizer (Momentum, SGD, Adam, AdamW); not yet clipping, check_numerics or gradient statistics
-// (each refused with the reason), and no overflow provenance (the event stays empty; docs/cuda.md).
+// step's outcome. There the step supports data parallel (NCCL), gradient accumulation, clipping,
+// gradient statistics, check_numerics (each op's output read back as it runs) and every optimizer
+// (Momentum, SGD, Adam, AdamW); no overflow provenance replay (docs/cuda.md).
 class TrainOneStepCell : public nn::Cell {
  public:
   // The manager is a value (copied in), a shared_ptr (shared), or nullptr (no loss scaling).

@@ -157,13 +157,11 @@ bool complete_oldest(StepCore& c, bool wait) {
   return true;
 }
 
-void check_device_options(const TrainStepOptions& o, bool parallel, Device device) {
-  if (parallel)  // the collectives' own check: tensors on a GPU need NCCL in the build
+// Data parallel: the collectives' own check (tensors on a GPU need NCCL in the build).
+void check_device_transport(bool parallel, Device device) {
+  if (parallel)
     (void)comm::detail::transport_for(device, true, communication::built_with_nccl(),
                                       "TrainOneStepCell (data parallel)");
-  MIXPREC_CHECK(!o.check_numerics,
-                "TrainOneStepCell: check_numerics is not available on a device yet",
-                Hint{"train on the CPU for it (docs/cuda.md lists what the device step supports)"});
 }
 
 class DeviceDecisions final : public Decisions {
@@ -174,7 +172,7 @@ class DeviceDecisions final : public Decisions {
     device_poll(c);
     while (c.device && c.device->in_flight.size() >= kStepsInFlight) complete_oldest(c, true);
     const Device dev = c.where();
-    check_device_options(c.options, c.reducer != nullptr, dev);
+    check_device_transport(c.reducer != nullptr, dev);
     if (!c.device || c.device->device != dev) {
       device_sync(c);
       c.device = std::make_shared<DeviceState>();
@@ -322,6 +320,12 @@ class DeviceDecisions final : public Decisions {
     fill_telemetry(c.last, r.counters_before);
     f->info = c.last;
     f->info.grad_stats = std::move(r.grad_stats);
+    // check_numerics: the first op whose output was not finite (each op's output was read back as
+    // it ran, the host strategy's check), agreed between the ranks as the host step agrees it.
+    if (r.always) {
+      f->info.event = r.always->first();
+      if (r.reducer && ranks_agree()) agree_on_event(f->info.event);
+    }
     f->queued_at = c.attempted;
     f->data_parallel = r.reducer != nullptr;
     f->clipped = r.clipped;
