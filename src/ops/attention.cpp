@@ -128,6 +128,13 @@ struct Saved {
 std::vector<Tensor> attention_backward(const Saved& s, const Tensor& g) {
   const Tensor q = s.q.unpack(kName), k = s.k.unpack(kName), v = s.v.unpack(kName),
                o = s.o.unpack(kName);
+  // q, k, v interleaved in one projection (MultiheadAttention's): dq, dk, dv interleaved the same
+  // way in one new tensor, which ops::unbind's backward then takes whole, without a copy.
+  std::vector<Tensor> grads;
+  if (interleaved_views({&q, &k, &v}))
+    grads = empty_interleaved_like({&q, &k, &v});
+  else
+    grads = {empty_like_layout(q), empty_like_layout(k), empty_like_layout(v)};
   AttentionBwdProblem b{
       q,
       k,
@@ -135,9 +142,9 @@ std::vector<Tensor> attention_backward(const Saved& s, const Tensor& g) {
       o,
       s.lse.unpack(kName),
       g.dtype() == o.dtype() ? unit_last_stride(g.detach()) : packed(g, o.dtype()),
-      empty_like_layout(q),
-      empty_like_layout(k),
-      empty_like_layout(v),
+      grads[0],
+      grads[1],
+      grads[2],
       s.params};
   int64_t bad = 0;
   if (is_low_precision(b.params.softmax_dtype)) b.params.softmax_nonfinite = &bad;

@@ -85,4 +85,50 @@ void round_into(const Tensor& src, const Tensor& dst) {
   mixprec::detail::strided_copy(src, dst);
 }
 
+bool interleaved_views(const std::vector<const Tensor*>& ts) {
+  if (ts.size() < 2) return false;
+  const Tensor& t0 = *ts[0];
+  if (!t0.defined() || t0.numel() == 0 || t0.dim() == 0 || t0.strides().back() != 1)
+    return false;
+  std::vector<int64_t> offsets;
+  for (const Tensor* t : ts) {
+    if (!t->defined() || t->storage() != t0.storage() || t->dtype() != t0.dtype() ||
+        t->shape() != t0.shape() || t->strides() != t0.strides())
+      return false;
+    offsets.push_back(t->offset());
+  }
+  // The innermost dims that are dense from stride 1 (by stride, size-1 dims aside): one block.
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < t0.shape().size(); ++d)
+    if (t0.shape()[d] != 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(),
+            [&](size_t a, size_t b) { return t0.strides()[a] < t0.strides()[b]; });
+  int64_t block = 1;
+  size_t k = 0;
+  for (; k < dims.size() && t0.strides()[dims[k]] == block; ++k) block *= t0.shape()[dims[k]];
+  // The rest repeat the block at multiples of the smallest outer stride (the period).
+  const int64_t period = k < dims.size() ? t0.strides()[dims[k]] : INT64_MAX;
+  if (period <= 0) return false;  // a broadcast (stride-0) dim
+  for (size_t j = k; j < dims.size(); ++j)
+    if (t0.strides()[dims[j]] % period != 0) return false;
+  std::sort(offsets.begin(), offsets.end());
+  for (size_t i = 1; i < offsets.size(); ++i)
+    if (offsets[i] - offsets[i - 1] < block) return false;  // distinct, a block apart
+  return period == INT64_MAX || offsets.back() - offsets.front() + block <= period;
+}
+
+std::vector<Tensor> empty_interleaved_like(const std::vector<const Tensor*>& ts) {
+  const Tensor& t0 = *ts[0];
+  int64_t span = 1;  // elements from a view's offset to its last element, inclusive
+  for (size_t d = 0; d < t0.shape().size(); ++d) span += (t0.shape()[d] - 1) * t0.strides()[d];
+  int64_t end = 0;
+  for (const Tensor* t : ts) end = std::max(end, t->offset() + span);
+  const auto storage =
+      Storage::allocate(static_cast<size_t>(end) * dtype_size(t0.dtype()), t0.device());
+  std::vector<Tensor> out;
+  for (const Tensor* t : ts)
+    out.push_back(Tensor::from_storage(storage, t->shape(), t->strides(), t->offset(), t->dtype()));
+  return out;
+}
+
 }  // namespace mixprec::ops::detail

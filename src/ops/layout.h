@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <numeric>
+#include <vector>
 
 #include "mixprec/tensor.h"
 
@@ -100,5 +101,15 @@ Tensor widen_to_f32(const Tensor& t);
 Tensor empty_f32_like(const Tensor& t);
 // dst = src rounded once into dst's dtype; same shape (strides may differ).
 void round_into(const Tensor& src, const Tensor& dst);
+
+// True for views of one storage with one dtype, shape and strides (unit last stride) whose
+// element sets are disjoint by construction: each is a dense block of its innermost dims repeated
+// at multiples of one period (its outer strides), and their offsets are distinct, at least a block
+// apart and within one period (q, k and v of a packed [B, L, 3, H, D] projection seen as three
+// [B, H, L, D]).
+bool interleaved_views(const std::vector<const Tensor*>& ts);
+// New uninitialised tensors laid out as `ts` are (interleaved_views): one new storage, the same
+// strides and offsets, so that their gradients can be one tensor too (ops::unbind's backward).
+std::vector<Tensor> empty_interleaved_like(const std::vector<const Tensor*>& ts);
 
 }  // namespace mixprec::ops::detail

@@ -130,7 +130,18 @@ std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
   if (autograd::needs_grad({&x}) && !outs.empty()) {
     const Shape in_shape = x.shape();
     const Strides layout = dense_strides_like(x);
+    Strides part_strides = layout;
+    part_strides.erase(part_strides.begin() + d);
     record(OpId::slice, {x}, outs, [=](const std::vector<Tensor>& g) {
+      // Parts that already are x's layout over one storage (the attention's dq, dk, dv written
+      // interleaved): that storage is the gradient.
+      bool whole = true;
+      for (size_t i = 0; i < g.size() && whole; ++i)
+        whole = g[i].storage() == g[0].storage() && g[i].strides() == part_strides &&
+                g[i].offset() == g[0].offset() + static_cast<int64_t>(i) * layout[d];
+      if (whole)
+        return std::vector<Tensor>{Tensor::from_storage(g[0].storage(), in_shape, layout,
+                                                        g[0].offset(), g[0].dtype())};
       Tensor full = empty_strided(in_shape, layout, g[0].dtype(), g[0].device());
       NoGradGuard no_grad;
       for (size_t i = 0; i < g.size(); ++i) {

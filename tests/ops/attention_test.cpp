@@ -20,6 +20,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/dispatch.h"
+#include "ops/layout.h"
 
 namespace mixprec {
 namespace {
@@ -307,6 +308,42 @@ TEST(Attention, StridedHeadsAndTheOutputLayout) {
   const Result r = run(q, q, q, {}, "flash"),
                e = run(q.contiguous(), q.contiguous(), q.contiguous(), {}, "ref");
   EXPECT_TRUE(same_result(r, e, fused_tol(DType::f32)));
+}
+
+TEST(Attention, PackedProjectionGradientsAreOneTensorWithTheSameValues) {
+  // q, k, v unbound from one [B, L, 3, H, D] projection (MultiheadAttention's): the backward
+  // writes dq, dk, dv interleaved in one new tensor that ops::unbind's backward takes whole. The
+  // gradient is the one three slices give (which copy each part into zeros and sum them).
+  using ops::detail::interleaved_views;
+  const int64_t B = 2, L = 33, H = 3, D = 16;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor w0 = random({B, L, 3, H, D}, 71, DType::f32).astype(dt);
+    const Tensor dout = random({B, H, L, D}, 72, DType::f32).astype(dt);
+    Tensor grads[2];
+    for (int sliced = 0; sliced < 2; ++sliced) {
+      Tensor w = w0.detach().set_requires_grad(true);
+      const Tensor qkv = ops::permute(w, {2, 0, 3, 1, 4});
+      std::vector<Tensor> p;
+      if (sliced)
+        for (int64_t i = 0; i < 3; ++i) p.push_back(ops::squeeze(ops::slice(qkv, 0, i, i + 1), 0));
+      else
+        p = ops::unbind(qkv, 0);
+      if (!sliced) EXPECT_TRUE(interleaved_views({&p[0], &p[1], &p[2]}));
+      ops::scaled_dot_product_attention(p[0], p[1], p[2], {.causal = true}).backward(dout);
+      grads[sliced] = w.grad();
+    }
+    EXPECT_TRUE(testing::all_close(grads[0], grads[1], {0, 0})) << dtype_name(dt);
+  }
+  // Views that are not interleaved: the same one three times, overlapping columns, a broadcast.
+  const Tensor x = random({4, 6, 8}, 73, DType::f32);
+  const Tensor a = x.slice(2, 0, 4), b = x.slice(2, 2, 6), c = x.slice(2, 4, 8);
+  EXPECT_FALSE(interleaved_views({&a, &a, &a}));
+  EXPECT_FALSE(interleaved_views({&a, &b}));
+  EXPECT_TRUE(interleaved_views({&a, &c}));
+  const Tensor e = x.slice(2, 0, 2), f = x.slice(2, 5, 7);
+  EXPECT_TRUE(interleaved_views({&e, &f})) << "columns {0, 1} and {5, 6} of 8";
+  const Tensor s0 = ops::broadcast_to(x.slice(0, 0, 1), {4, 6, 8});
+  EXPECT_FALSE(interleaved_views({&s0, &x}));
 }
 
 TEST(Attention, SoftmaxForcedIntoSixteenBitsMatchesTheReference) {
