@@ -142,8 +142,7 @@ py::tuple unbind(const Tensor& x, py::handle dim) {
   std::vector<Tensor> out;
   {
     py::gil_scoped_release release;
-    for (int64_t i = 0; i < x.size(d); ++i)
-      out.push_back(ops::squeeze(ops::slice(x, d, i, i + 1), d));
+    out = ops::unbind(x, d);  // one backward node: the parts' gradients go into one tensor
   }
   return py::tuple(py::cast(out));
 }
