@@ -108,9 +108,13 @@ bool interleaved_views(const std::vector<const Tensor*>& ts) {
   for (; k < dims.size() && t0.strides()[dims[k]] == block; ++k) block *= t0.shape()[dims[k]];
   // The rest repeat the block at multiples of the smallest outer stride (the period).
   const int64_t period = k < dims.size() ? t0.strides()[dims[k]] : INT64_MAX;
-  if (period <= 0) return false;  // a broadcast (stride-0) dim
-  for (size_t j = k; j < dims.size(); ++j)
+  if (period < block) return false;  // a broadcast (stride-0) dim, or a block overlapping itself
+  for (size_t j = k; j < dims.size(); ++j) {
     if (t0.strides()[dims[j]] % period != 0) return false;
+    // Each view's own elements distinct too: every outer stride past the extent of those below.
+    if (j > k && t0.strides()[dims[j]] < t0.strides()[dims[j - 1]] * t0.shape()[dims[j - 1]])
+      return false;
+  }
   std::sort(offsets.begin(), offsets.end());
   for (size_t i = 1; i < offsets.size(); ++i)
     if (offsets[i] - offsets[i - 1] < block) return false;  // distinct, a block apart

@@ -94,6 +94,34 @@ TEST(AmpKernels, UnscaleCpuEqualsRefBitForBit) {
     }
 }
 
+TEST(AmpKernels, ATensorListedTwiceIsScaledTwiceInOrderAndDisjointViewsStayParallel) {
+  // The cpu kernels run one parallel loop over the chunks of every tensor; a tensor listed twice
+  // would have the same chunk scaled by two threads at once, so such a list runs in order on one
+  // thread: each value scaled twice, as the reference does. Disjoint views of one buffer (data
+  // parallel's buckets) are not a repeat.
+  for (const char* impl : {"cpu", "ref"}) {
+    ops::ForceImpl force(impl);
+    const Tensor big = random({70001}, 5, DType::f32, -100, 100);
+    std::vector<Tensor> twice{big.clone()};
+    twice.push_back(twice[0]);
+    const Tensor found = zeros({1});
+    ops::amp_foreach_non_finite_check_and_unscale_(twice, found, scalar_f32(0.5f));
+    const std::vector<float> before = big.to_vector<float>(), after = twice[0].to_vector<float>();
+    for (size_t i = 0; i < before.size(); i += 997)
+      ASSERT_EQ(after[i], before[i] * 0.5f * 0.5f) << impl << " element " << i;
+    const Tensor buffer = random({140002}, 6, DType::f32, -100, 100);
+    std::vector<Tensor> halves{buffer.clone()};
+    halves.push_back(halves[0].slice(0, 70001, 140002));
+    halves[0] = halves[0].slice(0, 0, 70001);
+    ops::amp_foreach_non_finite_check_and_unscale_(halves, found, scalar_f32(0.25f));
+    const std::vector<float> b0 = buffer.to_vector<float>();
+    for (size_t i = 0; i < 70001; i += 991) {
+      ASSERT_EQ(halves[0].to_vector<float>()[i], b0[i] * 0.25f) << impl;
+      ASSERT_EQ(halves[1].to_vector<float>()[i], b0[70001 + i] * 0.25f) << impl;
+    }
+  }
+}
+
 TEST(AmpKernels, UnscaleChecksTheStoredValueOnEveryBackend) {
   // Finite in f32, inf once stored: f16 above 65519.99, bf16 from 0x1.ffp+127 (a scale below 1).
   for (const auto& [d, g, inv] :

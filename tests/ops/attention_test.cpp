@@ -344,6 +344,14 @@ TEST(Attention, PackedProjectionGradientsAreOneTensorWithTheSameValues) {
   EXPECT_TRUE(interleaved_views({&e, &f})) << "columns {0, 1} and {5, 6} of 8";
   const Tensor s0 = ops::broadcast_to(x.slice(0, 0, 1), {4, 6, 8});
   EXPECT_FALSE(interleaved_views({&s0, &x}));
+  // Views that repeat their own elements (two outer dims with one stride) are not either: their
+  // gradients, laid out alike, would overwrite each other.
+  const Tensor flat = random({160}, 74, DType::f32);
+  auto self_overlapping = [&](int64_t off) {
+    return Tensor::from_storage(flat.storage(), {2, 2, 2, 8}, {32, 32, 64, 1}, off, DType::f32);
+  };
+  const Tensor sq = self_overlapping(0), sk = self_overlapping(8), sv = self_overlapping(16);
+  EXPECT_FALSE(interleaved_views({&sq, &sk, &sv}));
 }
 
 TEST(Attention, SoftmaxForcedIntoSixteenBitsMatchesTheReference) {
@@ -500,6 +508,17 @@ TEST(Attention, FusedKernelWithNoKeysGivesNaNRows) {
       const double* p = static_cast<const double*>(t.data_ptr());
       for (int64_t e = 0; e < t.numel(); ++e) ASSERT_TRUE(std::isnan(p[e])) << i << " " << e;
     }
+  }
+}
+
+TEST(Attention, NoBatchOrNoHeadsGiveEmptyResults) {
+  // B * H = 0: nothing to compute, forward or backward (the units' grouping divides by B * H).
+  const auto isa = ops::cpu::simd::best_isa();
+  if (isa == ops::cpu::simd::Isa::scalar) GTEST_SKIP() << "no AVX2";
+  for (Shape shape : {Shape{0, 2, 8, 16}, Shape{2, 0, 8, 16}}) {
+    const Tensor q = Tensor::empty(shape);
+    const std::vector<Tensor> out = run_fused_on(isa, int64_t{1} << 30, q, q, q, {});
+    for (const Tensor& t : out) EXPECT_EQ(t.numel(), 0);
   }
 }
 

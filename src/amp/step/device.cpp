@@ -205,6 +205,7 @@ class DeviceDecisions final : public Decisions {
   void check(StepCore& c, StepRun& r) override {
     DeviceState& d = *c.device;
     NoGradGuard ng;
+    if (r.always) r.event = r.always->first();  // check_numerics: what forward+backward found
     std::vector<Tensor> checked{r.loss.reshape({1})};
     for (const Tensor& g : r.grads)
       if (g.defined()) checked.push_back(g.contiguous());
@@ -323,7 +324,7 @@ class DeviceDecisions final : public Decisions {
     // check_numerics: the first op whose output was not finite (each op's output was read back as
     // it ran, the host strategy's check), agreed between the ranks as the host step agrees it.
     if (r.always) {
-      f->info.event = r.always->first();
+      f->info.event = std::move(r.event);
       if (r.reducer && ranks_agree()) agree_on_event(f->info.event);
     }
     f->queued_at = c.attempted;

@@ -58,6 +58,9 @@ struct StepRun {
   Tensor inv_scale;                   // f32 [], the update's gradient multiplier
   bool clipped = false;               // inv_scale is the clip stage's
   std::vector<GradStats> grad_stats;  // this step's gradient statistics, for its StepInfo
+  // The device strategy's check_numerics event, as forward+backward left it (the host strategy
+  // reads r.always in its diagnose stage, before any later stage's op could add one).
+  std::optional<NonFiniteEvent> event{};
 };
 
 // The cell's state: the network and optimizer it steps, the manager, the options and counters.

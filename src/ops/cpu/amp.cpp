@@ -58,12 +58,31 @@ struct Chunks {
   std::vector<int64_t> first;  // first[t]: the number of chunk 0 of tensor t; first.back(): total
   std::vector<int64_t> size;
   int64_t elements = 0;
+  bool parallel = false;  // worth forking, and no storage listed twice (see below)
   explicit Chunks(const std::vector<Tensor>& ts) : first(ts.size() + 1, 0), size(ts.size()) {
+    struct Span {
+      const Storage* storage;
+      int64_t lo, hi;  // elements [lo, hi) of the storage (the tensors are contiguous)
+    };
+    std::vector<Span> spans;
     for (size_t t = 0; t < ts.size(); ++t) {
       size[t] = ts[t].numel();
       first[t + 1] = first[t] + chunks(size[t]);
       elements += size[t];
+      if (size[t] > 0)
+        spans.push_back({ts[t].storage().get(), ts[t].offset(), ts[t].offset() + size[t]});
     }
+    // Tensors that overlap (one listed twice) would have their chunks updated by two threads at
+    // once; such a list runs on one thread, tensor after tensor, as a loop per tensor would.
+    // Disjoint views of one buffer (data parallel's buckets) are fine.
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+      return a.storage != b.storage ? a.storage < b.storage : a.lo < b.lo;
+    });
+    bool disjoint = true;
+    for (size_t i = 1; i < spans.size(); ++i)
+      disjoint = disjoint && (spans[i].storage != spans[i - 1].storage ||
+                              spans[i - 1].hi <= spans[i].lo);
+    parallel = elements > kParallelFrom && disjoint;
   }
   int64_t total() const { return first.back(); }
   // Chunk c's tensor and element range.
@@ -103,7 +122,7 @@ void amp_unscale(const AmpUnscaleProblem& p) {
   std::vector<void*> data(p.grads.size());
   for (size_t t = 0; t < p.grads.size(); ++t) data[t] = p.grads[t].data_ptr();
   int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (all.elements > kParallelFrom)
+#pragma omp parallel for reduction(| : bad) schedule(static) if (all.parallel)
   for (int64_t c = 0; c < all.total(); ++c) {
     size_t t;
     int64_t lo, hi;
@@ -138,7 +157,7 @@ template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
              low ? static_cast<char*>(p.working[t].data_ptr()) : nullptr,
              low ? p.working[t].dtype() : DType::f32};
   }
-#pragma omp parallel for schedule(static) if (all.elements > kParallelFrom)
+#pragma omp parallel for schedule(static) if (all.parallel)
   for (int64_t c = 0; c < all.total(); ++c) {
     size_t t;
     int64_t lo, hi;

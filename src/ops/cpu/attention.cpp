@@ -179,6 +179,7 @@ void fwd_typed(const AttentionFwdProblem& p, simd::Isa isa, int64_t whole_floats
   const Rows<T> o(p.o);
   float* lse = static_cast<float*>(p.lse.data_ptr());
   const int64_t slices = g.B * g.H, nqb = (g.Lq + kBr - 1) / kBr;
+  if (slices == 0) return;  // B or H is 0: nothing to compute
   const int64_t want =
       std::clamp<int64_t>((kMinUnits + slices - 1) / slices, 1, std::max<int64_t>(nqb, 1));
   const int64_t per_group = std::max<int64_t>(1, (nqb + want - 1) / want);
@@ -231,6 +232,7 @@ template <class T>
 void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats) {
   const Geometry g = geometry(p.q, p.k, p.v, p.params);
   const int64_t slices = g.B * g.H, tiles = (g.Lk + kBc - 1) / kBc;
+  if (slices == 0) return;  // B or H is 0: nothing to compute
   const int64_t want = std::clamp<int64_t>((kMinUnits + slices - 1) / slices, 1,
                                            std::max<int64_t>(1, std::min(tiles, kMaxGroups)));
   const int64_t per_group = std::max<int64_t>(1, (tiles + want - 1) / want);
