@@ -88,8 +88,7 @@ void round_into(const Tensor& src, const Tensor& dst) {
 bool interleaved_views(const std::vector<const Tensor*>& ts) {
   if (ts.size() < 2) return false;
   const Tensor& t0 = *ts[0];
-  if (!t0.defined() || t0.numel() == 0 || t0.dim() == 0 || t0.strides().back() != 1)
-    return false;
+  if (!t0.defined() || t0.numel() == 0 || t0.dim() == 0 || t0.strides().back() != 1) return false;
   std::vector<int64_t> offsets;
   for (const Tensor* t : ts) {
     if (!t->defined() || t->storage() != t0.storage() || t->dtype() != t0.dtype() ||

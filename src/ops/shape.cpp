@@ -140,8 +140,8 @@ std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
         whole = g[i].storage() == g[0].storage() && g[i].strides() == part_strides &&
                 g[i].offset() == g[0].offset() + static_cast<int64_t>(i) * layout[d];
       if (whole)
-        return std::vector<Tensor>{Tensor::from_storage(g[0].storage(), in_shape, layout,
-                                                        g[0].offset(), g[0].dtype())};
+        return std::vector<Tensor>{
+            Tensor::from_storage(g[0].storage(), in_shape, layout, g[0].offset(), g[0].dtype())};
       Tensor full = empty_strided(in_shape, layout, g[0].dtype(), g[0].device());
       NoGradGuard no_grad;
       for (size_t i = 0; i < g.size(); ++i) {

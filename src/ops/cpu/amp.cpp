@@ -80,8 +80,8 @@ struct Chunks {
     });
     bool disjoint = true;
     for (size_t i = 1; i < spans.size(); ++i)
-      disjoint = disjoint && (spans[i].storage != spans[i - 1].storage ||
-                              spans[i - 1].hi <= spans[i].lo);
+      disjoint =
+          disjoint && (spans[i].storage != spans[i - 1].storage || spans[i - 1].hi <= spans[i].lo);
     parallel = elements > kParallelFrom && disjoint;
   }
   int64_t total() const { return first.back(); }
