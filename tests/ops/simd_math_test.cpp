@@ -328,7 +328,8 @@ TEST(SimdMath, ExpNarrowFormsAreExpBitForBitOnTheirDomains) {
   const std::initializer_list<float> neg = {-kInf,        -0.0f,        0.0f,    -87.3365479f,
                                             -87.3365402f, -87.3365555f, -100.0f, -1e30f,
                                             -3.4e38f,     kNaN};
-  const std::initializer_list<float> ends = {88.0f, -88.0f, 87.9999924f, -87.9999924f};
+  const std::initializer_list<float> ends = {88.0f,   -88.0f, 87.9999924f, -87.9999924f,
+                                             -100.0f, -1e30f, -3.4e38f,    -kInf};
   for (Isa isa : isas_here()) {
     EXPECT_EQ(form_diffs(isa, false, 0x80000000u, 0xC2B00000u, 1, neg), 0)
         << "exp_nonpositive on " << ops::cpu::simd::isa_name(isa);

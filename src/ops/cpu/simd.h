@@ -69,6 +69,7 @@ inline V lookup8(const float* tab, VI k) {
 }
 // The value at p in every lane (splat(x) is V{} + x, an add and a shuffle: -0 becomes +0).
 inline V broadcast(const float* p) { return (V)_mm512_set1_ps(*p); }
+inline bool any(VI m) { return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0; }
 inline V loadu(const bf16* p) {
   return (V)((VU)_mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256((const __m256i*)p)) << 16);
 }
@@ -99,6 +100,7 @@ inline V lookup8(const float* tab, VI k) {
   return (V)_mm256_permutevar8x32_ps(_mm256_loadu_ps(tab), (__m256i)k);
 }
 inline V broadcast(const float* p) { return (V)_mm256_set1_ps(*p); }
+inline bool any(VI m) { return _mm256_movemask_ps((__m256)m) != 0; }
 inline V loadu(const bf16* p) {
   return (V)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
 }
@@ -136,6 +138,7 @@ inline V to_float(VI x) { return static_cast<V>(x); }
 inline V from_bits(VI x) { return std::bit_cast<V>(x); }
 inline V lookup8(const float* tab, VI k) { return tab[k]; }
 inline V broadcast(const float* p) { return *p; }
+inline bool any(bool m) { return m; }
 inline V loadu(const bf16* p) { return to_f32(*p); }
 inline V loadu(const f16* p) { return to_f32(*p); }
 inline void storeu(bf16* p, V x) { *p = to_bf16(x); }
