@@ -10,14 +10,13 @@
 
 #include "mixprec/convert.h"
 #include "ops/cpu/kernels.h"
+#include "ops/tensor_chunks.h"
 
 namespace mixprec::ops::cpu {
 namespace {
 
 constexpr int64_t kChunk = 4096;
 constexpr int64_t kParallelFrom = 65536;  // elements: a smaller tensor is not worth the fork
-
-int64_t chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
 // Contiguous f32, chunk [lo, hi): scaled in place (do_scale), or only checked (no write pass).
 // True if any value is not finite.
@@ -51,48 +50,6 @@ bool unscale_16(void* p, DType dt, int64_t lo, int64_t hi, float inv, bool do_sc
   return local != 0;
 }
 
-// The chunks of a list of tensors, numbered across all of them (a parameter list is mostly
-// tensors below one thread's worth of work: one parallel loop over every chunk of every tensor,
-// not one per tensor). The tensors' pointers are read here, before the loop.
-struct Chunks {
-  std::vector<int64_t> first;  // first[t]: the number of chunk 0 of tensor t; first.back(): total
-  std::vector<int64_t> size;
-  int64_t elements = 0;
-  bool parallel = false;  // worth forking, and no storage listed twice (see below)
-  explicit Chunks(const std::vector<Tensor>& ts) : first(ts.size() + 1, 0), size(ts.size()) {
-    struct Span {
-      const Storage* storage;
-      int64_t lo, hi;  // elements [lo, hi) of the storage (the tensors are contiguous)
-    };
-    std::vector<Span> spans;
-    for (size_t t = 0; t < ts.size(); ++t) {
-      size[t] = ts[t].numel();
-      first[t + 1] = first[t] + chunks(size[t]);
-      elements += size[t];
-      if (size[t] > 0)
-        spans.push_back({ts[t].storage().get(), ts[t].offset(), ts[t].offset() + size[t]});
-    }
-    // Tensors that overlap (one listed twice) would have their chunks updated by two threads at
-    // once; such a list runs on one thread, tensor after tensor, as a loop per tensor would.
-    // Disjoint views of one buffer (data parallel's buckets) are fine.
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-      return a.storage != b.storage ? a.storage < b.storage : a.lo < b.lo;
-    });
-    bool disjoint = true;
-    for (size_t i = 1; i < spans.size(); ++i)
-      disjoint =
-          disjoint && (spans[i].storage != spans[i - 1].storage || spans[i - 1].hi <= spans[i].lo);
-    parallel = elements > kParallelFrom && disjoint;
-  }
-  int64_t total() const { return first.back(); }
-  // Chunk c's tensor and element range.
-  void locate(int64_t c, size_t& t, int64_t& lo, int64_t& hi) const {
-    t = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1);
-    lo = (c - first[t]) * kChunk;
-    hi = std::min(size[t], lo + kChunk);
-  }
-};
-
 // Elements [lo, hi) of one parameter: the step on the weights w and state s0, s1 with the
 // gradient g (of storage type G, widened as it is read: no extra pass) times inv.
 template <class Step, class G> void update_chunk(const Step& step_in, float* w, float* s0,
@@ -118,11 +75,12 @@ template <class Step> void update_chunk(const Step& step, float* w, float* s0, f
 void amp_unscale(const AmpUnscaleProblem& p) {
   const float inv = *p.inv_scale.data<float>();
   const bool do_scale = inv != 1.0f;  // x * 1 is x: a scale of 1 is a pure check
-  const Chunks all(p.grads);
+  const TensorChunks all(p.grads, kChunk);
+  const bool parallel = all.elements() > kParallelFrom && disjoint_tensors(p.grads);
   std::vector<void*> data(p.grads.size());
   for (size_t t = 0; t < p.grads.size(); ++t) data[t] = p.grads[t].data_ptr();
   int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (all.parallel)
+#pragma omp parallel for reduction(| : bad) schedule(static) if (parallel)
   for (int64_t c = 0; c < all.total(); ++c) {
     size_t t;
     int64_t lo, hi;
@@ -138,7 +96,10 @@ template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
   if (p.skipped_on_host()) return;
   const Step step = p.step_on_host();
   const float inv = p.inv_scale_on_host();
-  const Chunks all(p.params);
+  const TensorChunks all(p.params, kChunk);
+  // A tensor listed twice would have its chunks updated by two threads at once: such a list runs
+  // in order on one thread, as a loop per tensor would.
+  const bool parallel = all.elements() > kParallelFrom && disjoint_tensors(p.params);
   struct Tensors {
     float* w;
     std::array<float*, 2> s;
@@ -157,7 +118,7 @@ template <class Step> void fused_update(const FusedUpdateProblem<Step>& p) {
              low ? static_cast<char*>(p.working[t].data_ptr()) : nullptr,
              low ? p.working[t].dtype() : DType::f32};
   }
-#pragma omp parallel for schedule(static) if (all.parallel)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t c = 0; c < all.total(); ++c) {
     size_t t;
     int64_t lo, hi;

@@ -8,6 +8,7 @@
 #include "mixprec/convert.h"
 #include "ops/amp_problem.h"
 #include "ops/ref/kernels.h"
+#include "ops/tensor_chunks.h"
 
 namespace mixprec::ops::ref {
 namespace {
@@ -83,37 +84,30 @@ void amp_clip(const AmpClipProblem& p) {
   }
   const double unscale =
       clip_unscale(p.scale.defined() ? *p.scale.data<float>() : 1.0f, p.micro_batches);
-  struct Chunk {
-    const Tensor* g;
+  const TensorChunks all(p.grads, kClipChunk);
+  std::vector<const char*> data(p.grads.size());
+  for (size_t t = 0; t < p.grads.size(); ++t)
+    data[t] = static_cast<const char*>(p.grads[t].data_ptr());
+  std::vector<double> part(static_cast<size_t>(all.total()));
+#pragma omp parallel for schedule(static) if (all.elements() > 65536)
+  for (int64_t c = 0; c < all.total(); ++c) {
+    size_t t;
     int64_t lo, hi;
-  };
-  std::vector<Chunk> chunks;
-  int64_t total = 0;
-  for (const Tensor& g : p.grads) {
-    const int64_t n = g.numel();
-    for (int64_t lo = 0; lo < n; lo += kClipChunk)
-      chunks.push_back({&g, lo, std::min(n, lo + kClipChunk)});
-    total += n;
-  }
-  std::vector<double> part(chunks.size());
-#pragma omp parallel for schedule(static) if (total > 65536)
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const Chunk& k = chunks[c];
-    const int64_t len = k.hi - k.lo;
+    all.locate(c, t, lo, hi);
+    const DType dt = p.grads[t].dtype();
     float buf[kClipChunk];
     const float* x = buf;
-    if (k.g->dtype() == DType::f32)
-      x = k.g->data<float>() + k.lo;
+    if (dt == DType::f32)
+      x = reinterpret_cast<const float*>(data[t]) + lo;
     else  // exact widening
-      convert_row(
-          static_cast<const char*>(k.g->data_ptr()) + k.lo * static_cast<int64_t>(k.g->itemsize()),
-          k.g->dtype(), buf, DType::f32, len);
+      convert_row(data[t] + lo * static_cast<int64_t>(dtype_size(dt)), dt, buf, DType::f32,
+                  hi - lo);
     double acc = 0.0;
-    for (int64_t i = 0; i < len; ++i) {
+    for (int64_t i = 0; i < hi - lo; ++i) {
       const double v = static_cast<double>(x[i]) * unscale;
       acc += v * v;
     }
-    part[c] = acc;
+    part[static_cast<size_t>(c)] = acc;
   }
   double sq = 0.0;
   for (double v : part) sq += v;
