@@ -54,12 +54,17 @@ TEST(Linear, ForwardMatchesF64InEveryDtype) {
   EXPECT_TRUE(gemm_matches_f64(lin, {random({5, 7}, 1), random({3, 7}, 2), random({3}, 3)}, 7));
   EXPECT_TRUE(gemm_matches_f64(lin, {random({2, 4, 7}, 4), random({6, 7}, 5)}, 7));
   EXPECT_TRUE(gemm_matches_f64(lin, {random({7}, 6), random({6, 7}, 7), random({6}, 8)}, 7));
-  EXPECT_TRUE(gemm_matches_f64(lin_relu, {random({9, 33}, 9), random({17, 33}, 10), random({17}, 11)}, 33));
+  EXPECT_TRUE(
+      gemm_matches_f64(lin_relu, {random({9, 33}, 9), random({17, 33}, 10), random({17}, 11)}, 33));
   // The zoo's layers (mlp's first Dense, simplenet's Dense), with fewer rows for the f64 oracle.
-  EXPECT_TRUE(gemm_matches_f64(lin_relu, {random({32, 784}, 12), random({2048, 784}, 13, DType::f64, -0.05, 0.05),
-                                          random({2048}, 14)}, 784));
-  EXPECT_TRUE(gemm_matches_f64(lin, {random({8, 21632}, 15, DType::f64, 0, 1), random({10, 21632}, 16, DType::f64, -0.01, 0.01),
-                                     random({10}, 17)}, 21632));
+  EXPECT_TRUE(gemm_matches_f64(
+      lin_relu,
+      {random({32, 784}, 12), random({2048, 784}, 13, DType::f64, -0.05, 0.05), random({2048}, 14)},
+      784));
+  EXPECT_TRUE(gemm_matches_f64(lin,
+                               {random({8, 21632}, 15, DType::f64, 0, 1),
+                                random({10, 21632}, 16, DType::f64, -0.01, 0.01), random({10}, 17)},
+                               21632));
 }
 
 TEST(Linear, GradCheck) {
@@ -85,13 +90,15 @@ TEST(Linear, FusedReluMatchesLinearThenRelu) {
     const Tensor g = random({6, 2, 10}, 43, d);
     auto run = [&](bool fused) {
       for (Tensor* t : {&x, &w, &b}) t->set_grad({});
-      const Tensor y = fused ? ops::linear(x, w, b, Activation::relu) : ops::relu(ops::linear(x, w, b));
+      const Tensor y =
+          fused ? ops::linear(x, w, b, Activation::relu) : ops::relu(ops::linear(x, w, b));
       y.backward(g);
       return V{y.detach(), x.grad(), w.grad(), b.grad()};
     };
     const V fused = run(true), separate = run(false);
     for (size_t i = 0; i < fused.size(); ++i)
-      EXPECT_TRUE(testing::all_close(fused[i], separate[i], testing::tolerance_for(d))) << dtype_name(d) << " output " << i;
+      EXPECT_TRUE(testing::all_close(fused[i], separate[i], testing::tolerance_for(d)))
+          << dtype_name(d) << " output " << i;
   }
 }
 
@@ -102,7 +109,8 @@ TEST(Linear, WeightAndBiasGradsAreF32ForBf16Inputs) {
   Tensor w32 = random({24, 96}, 51, DType::f32).set_requires_grad(true);
   Tensor b32 = random({24}, 52, DType::f32).set_requires_grad(true);
   const Tensor g = random({64, 24}, 53, DType::bf16);
-  const Tensor y = ops::linear(x, w32.astype(DType::bf16), b32.astype(DType::bf16), Activation::relu);
+  const Tensor y =
+      ops::linear(x, w32.astype(DType::bf16), b32.astype(DType::bf16), Activation::relu);
   EXPECT_EQ(y.dtype(), DType::bf16);
   y.backward(g);
   ASSERT_EQ(w32.grad().dtype(), DType::f32);
@@ -121,6 +129,41 @@ TEST(Linear, WeightAndBiasGradsAreF32ForBf16Inputs) {
   const auto v = w32.grad().to_vector<float>();
   const auto r = w32.grad().astype(DType::bf16).to_vector<float>();
   EXPECT_NE(v, r);
+}
+
+// The bias gradient's column sums (ops::sum_rows): per column one f32 chain over each block of
+// 1024 rows in order, then the blocks added in order, whatever the columns' grouping in vectors
+// (32, 8, the scalar tail) or the thread count. Checked bit for bit against that order computed
+// here, for f32, bf16 and f16 rows, with row blocks and column tails.
+TEST(Linear, BiasGradientIsTheColumnSumInItsFixedOrder) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (auto [R, C] : std::vector<std::pair<int64_t, int64_t>>{
+             {2500, 45}, {37, 1000}, {1030, 71}, {1, 7}, {3000, 32}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(R) + "x" + std::to_string(C));
+      const Tensor x = random({R, 3}, 60, dt);
+      const Tensor w = random({C, 3}, 61, dt);
+      Tensor b = random({C}, 62, DType::f32).set_requires_grad(true);
+      const Tensor g = random({R, C}, 63, dt);
+      ops::linear(x, w, b.astype(dt)).backward(g);
+      const std::vector<float> gv = g.to_vector<float>();
+      std::vector<float> want(static_cast<size_t>(C), 0.0f);
+      for (int64_t r0 = 0; r0 < R; r0 += 1024)
+        for (int64_t c = 0; c < C; ++c) {
+          float s = 0.0f;
+          for (int64_t r = r0; r < std::min(R, r0 + 1024); ++r)
+            s += gv[static_cast<size_t>(r * C + c)];
+          want[static_cast<size_t>(c)] = r0 == 0 ? s : want[static_cast<size_t>(c)] + s;
+        }
+      const int saved = omp_get_max_threads();
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        b.set_grad(Tensor());
+        ops::linear(x, w, b.astype(dt)).backward(g);
+        ASSERT_EQ(b.grad().dtype(), DType::f32);
+        EXPECT_EQ(b.grad().to_vector<float>(), want) << threads << " threads";
+      }
+      omp_set_num_threads(saved);
+    }
 }
 
 TEST(Linear, AutocastO1KeepsMasterGradientsUnrounded) {
@@ -149,7 +192,8 @@ TEST(Linear, OneDnnMatchesReference) {
   };
   for (DType d : {DType::f32, DType::bf16}) {
     if (!ops::onednn::computes_in(d)) continue;
-    for (const Shp& s : {Shp{{64, 200}, {48, 200}}, Shp{{3, 5, 31}, {17, 31}}, Shp{{31}, {9, 31}}}) {
+    for (const Shp& s :
+         {Shp{{64, 200}, {48, 200}}, Shp{{3, 5, 31}, {17, 31}}, Shp{{31}, {9, 31}}}) {
       for (bool relu : {false, true}) {
         Tensor x = random(s.x, 70, d).set_requires_grad(true);
         Tensor w = random(s.w, 71, d).set_requires_grad(true);
@@ -166,13 +210,16 @@ TEST(Linear, OneDnnMatchesReference) {
         const int64_t rows = shape_numel(s.x) / s.x.back();
         const int64_t ks[] = {s.w[1], s.w[1], rows, rows};
         for (size_t i = 0; i < fast.size(); ++i)
-          EXPECT_TRUE(gemm_close(fast[i], ref[i], ks[i], d)) << dtype_name(d) << " " << shape_str(s.x) << " relu " << relu << " output " << i;
+          EXPECT_TRUE(gemm_close(fast[i], ref[i], ks[i], d))
+              << dtype_name(d) << " " << shape_str(s.x) << " relu " << relu << " output " << i;
       }
     }
   }
   // The mlp zoo layer at its real batch, forward only.
-  const Tensor x = random({256, 784}, 74, DType::bf16), w = random({2048, 784}, 75, DType::bf16, -0.05, 0.05);
-  auto [fast, ref] = testing::fast_and_ref([&] { return V{ops::linear(x, w, {}, Activation::relu)}; });
+  const Tensor x = random({256, 784}, 74, DType::bf16),
+               w = random({2048, 784}, 75, DType::bf16, -0.05, 0.05);
+  auto [fast, ref] =
+      testing::fast_and_ref([&] { return V{ops::linear(x, w, {}, Activation::relu)}; });
   EXPECT_TRUE(gemm_close(fast[0], ref[0], 784, DType::bf16));
 #else
   GTEST_SKIP() << "built without oneDNN";
@@ -183,10 +230,12 @@ TEST(Linear, OneDnnTakesAFastKernelForTheZooShapes) {
 #if MIXPREC_WITH_ONEDNN
   for (DType d : {DType::f32, DType::bf16}) {
     if (!ops::onednn::computes_in(d)) continue;
-    for (auto [rows, in, out] : {std::array<int64_t, 3>{256, 784, 2048}, {256, 21632, 10}, {256, 2048, 10}}) {
+    for (auto [rows, in, out] :
+         {std::array<int64_t, 3>{256, 784, 2048}, {256, 21632, 10}, {256, 2048, 10}}) {
       const Tensor x = zeros({rows, in}, {.dtype = d}), w = zeros({out, in}, {.dtype = d});
       const Tensor g = zeros({rows, out}, {.dtype = d});
-      const ops::MatmulProblem fwd{x, w.transpose(0, 1), zeros({out}, {.dtype = d}), zeros({rows, out}, {.dtype = d}), true};
+      const ops::MatmulProblem fwd{x, w.transpose(0, 1), zeros({out}, {.dtype = d}),
+                                   zeros({rows, out}, {.dtype = d}), true};
       const ops::MatmulProblem bwd_w{g.transpose(0, 1), x, {}, zeros({out, in}), false};
       for (const ops::MatmulProblem* p : {&fwd, &bwd_w}) {
         const std::string impl = ops::onednn::matmul_impl_name(*p);
@@ -230,19 +279,26 @@ TEST(Linear, SkinnyKernelsMatchTheReference) {
           const std::string what = std::string(dtype_name(d)) + " m" + std::to_string(c.m) + " k" +
                                    std::to_string(c.k) + " n" + std::to_string(c.n) +
                                    (relu ? " relu" : "") + " out " + std::string(dtype_name(od));
-          const ops::MatmulProblem fwd{x, w.transpose(0, 1), b, Tensor::empty({c.m, c.n}, {.dtype = od}), relu};
+          const ops::MatmulProblem fwd{x, w.transpose(0, 1), b,
+                                       Tensor::empty({c.m, c.n}, {.dtype = od}), relu};
           ASSERT_EQ(ops::cpu::gemm_skinny_dot_declines(fwd), "") << what;
-          EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_dot, fwd), run(ops::ref::matmul, fwd), c.k, od)) << what;
-          const ops::MatmulProblem bwd_data{dy, w, {}, Tensor::empty({c.m, c.k}, {.dtype = od}), relu};
+          EXPECT_TRUE(
+              gemm_close(run(ops::cpu::gemm_skinny_dot, fwd), run(ops::ref::matmul, fwd), c.k, od))
+              << what;
+          const ops::MatmulProblem bwd_data{
+              dy, w, {}, Tensor::empty({c.m, c.k}, {.dtype = od}), relu};
           if (c.k >= 16) {
             ASSERT_EQ(ops::cpu::gemm_skinny_rows_declines(bwd_data), "") << what;
-            EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_rows, bwd_data), run(ops::ref::matmul, bwd_data), c.n, od))
+            EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_rows, bwd_data),
+                                   run(ops::ref::matmul, bwd_data), c.n, od))
                 << what << " backward-data";
           }
-          const ops::MatmulProblem bwd_w{dy.transpose(0, 1), x, relu ? random({c.k}, 129, d) : Tensor(),
+          const ops::MatmulProblem bwd_w{dy.transpose(0, 1), x,
+                                         relu ? random({c.k}, 129, d) : Tensor(),
                                          Tensor::empty({c.n, c.k}, {.dtype = od}), relu};
           ASSERT_EQ(ops::cpu::gemm_skinny_rows_declines(bwd_w), "") << what;
-          EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_rows, bwd_w), run(ops::ref::matmul, bwd_w), c.m, od))
+          EXPECT_TRUE(gemm_close(run(ops::cpu::gemm_skinny_rows, bwd_w),
+                                 run(ops::ref::matmul, bwd_w), c.m, od))
               << what << " backward-weights";
         }
       }
@@ -253,9 +309,11 @@ TEST(Linear, SkinnyKernelsMatchTheReference) {
     const Tensor x = random({40, 777}, 124, DType::bf16), w = random({10, 777}, 125, DType::bf16);
     const Tensor dy = random({40, 10}, 126, DType::bf16);
     auto all = [&] {
-      return V{run(ops::cpu::gemm_skinny_dot, {x, w.transpose(0, 1), {}, Tensor::empty({40, 10}), false}),
+      return V{run(ops::cpu::gemm_skinny_dot,
+                   {x, w.transpose(0, 1), {}, Tensor::empty({40, 10}), false}),
                run(ops::cpu::gemm_skinny_rows, {dy, w, {}, Tensor::empty({40, 777}), false}),
-               run(ops::cpu::gemm_skinny_rows, {dy.transpose(0, 1), x, {}, Tensor::empty({10, 777}), false})};
+               run(ops::cpu::gemm_skinny_rows,
+                   {dy.transpose(0, 1), x, {}, Tensor::empty({10, 777}), false})};
     };
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
@@ -280,8 +338,13 @@ TEST(Linear, SkinnyKernelsMatchTheReference) {
       EXPECT_EQ(std::isnan(a[i]), std::isnan(r[i])) << i;
       EXPECT_EQ(std::isinf(a[i]), std::isinf(r[i])) << i;
     }
-    const ops::MatmulProblem bwd_w{Tensor::from_vector(std::vector<float>(6 * 5, 1.0f), {6, 5}).astype(DType::f16).transpose(0, 1),
-                                   x, {}, Tensor::empty({5, 200}), false};
+    const ops::MatmulProblem bwd_w{Tensor::from_vector(std::vector<float>(6 * 5, 1.0f), {6, 5})
+                                       .astype(DType::f16)
+                                       .transpose(0, 1),
+                                   x,
+                                   {},
+                                   Tensor::empty({5, 200}),
+                                   false};
     const std::vector<float> aw = run(ops::cpu::gemm_skinny_rows, bwd_w).to_vector<float>();
     const std::vector<float> rw = run(ops::ref::matmul, bwd_w).to_vector<float>();
     for (size_t i = 0; i < rw.size(); ++i) {
@@ -291,15 +354,19 @@ TEST(Linear, SkinnyKernelsMatchTheReference) {
   }
   // f16 outputs overflow to inf on the one rounding, as on an accelerator.
   {
-    const Tensor x = full({2, 64}, 100.0, {.dtype = DType::f16}), w = full({3, 64}, 100.0, {.dtype = DType::f16});
-    const Tensor y = run(ops::cpu::gemm_skinny_dot, {x, w.transpose(0, 1), {}, Tensor::empty({2, 3}, {.dtype = DType::f16}), false});
+    const Tensor x = full({2, 64}, 100.0, {.dtype = DType::f16}),
+                 w = full({3, 64}, 100.0, {.dtype = DType::f16});
+    const Tensor y =
+        run(ops::cpu::gemm_skinny_dot,
+            {x, w.transpose(0, 1), {}, Tensor::empty({2, 3}, {.dtype = DType::f16}), false});
     EXPECT_TRUE(std::isinf(y.at({1, 2})));
   }
   // Dispatch: SimpleNet's Dense layer takes them in the 16-bit dtypes, oneDNN keeps f32.
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
     const Tensor x = zeros({256, 21632}, {.dtype = d}), w = zeros({10, 21632}, {.dtype = d});
     const Tensor g = zeros({256, 10}, {.dtype = d});
-    const ops::MatmulProblem fwd{x, w.transpose(0, 1), zeros({10}), Tensor::empty({256, 10}, {.dtype = d}), false};
+    const ops::MatmulProblem fwd{x, w.transpose(0, 1), zeros({10}),
+                                 Tensor::empty({256, 10}, {.dtype = d}), false};
     const ops::MatmulProblem bwd_data{g, w, {}, Tensor::empty({256, 21632}, {.dtype = d}), false};
     const ops::MatmulProblem bwd_w{g.transpose(0, 1), x, {}, Tensor::empty({10, 21632}), false};
     const bool takes = d == DType::f16 || (d == DType::bf16 && !cpu_features().avx512f);
@@ -310,19 +377,21 @@ TEST(Linear, SkinnyKernelsMatchTheReference) {
 }
 
 TEST(Linear, NonContiguousInputAndWeight) {
-  const Tensor x = random({20, 6}, 80, DType::f32).transpose(0, 1);      // [6, 20], column-major
-  const Tensor w = random({20, 9}, 81, DType::f32).transpose(0, 1);      // [9, 20], transposed storage
+  const Tensor x = random({20, 6}, 80, DType::f32).transpose(0, 1);  // [6, 20], column-major
+  const Tensor w = random({20, 9}, 81, DType::f32).transpose(0, 1);  // [9, 20], transposed storage
   const Tensor x3 = random({4, 6, 20}, 82, DType::bf16).slice(0, 0, 4, 2);  // [2, 6, 20], gaps
   ASSERT_FALSE(x.is_contiguous());
   EXPECT_TRUE(testing::all_close(ops::linear(x, w), ops::linear(x.contiguous(), w.contiguous())));
   const Tensor wb = w.astype(DType::bf16);
-  EXPECT_TRUE(testing::all_close(ops::linear(x3, wb), ops::linear(x3.contiguous(), wb.contiguous())));
+  EXPECT_TRUE(
+      testing::all_close(ops::linear(x3, wb), ops::linear(x3.contiguous(), wb.contiguous())));
   EXPECT_TRUE(gradcheck([](const V& in) { return ops::linear(in[0].transpose(0, 1), in[1]); },
                         {random({5, 3}, 83), random({2, 5}, 84)}));
 }
 
 TEST(Linear, F16OverflowsToInfLikeAnAccelerator) {
-  const Tensor x = full({1, 2}, 200.0, {.dtype = DType::f16}), w = full({1, 2}, 200.0, {.dtype = DType::f16});
+  const Tensor x = full({1, 2}, 200.0, {.dtype = DType::f16}),
+               w = full({1, 2}, 200.0, {.dtype = DType::f16});
   EXPECT_TRUE(std::isinf(ops::linear(x, w).item()));
   EXPECT_EQ(ops::linear(x, w).dtype(), DType::f16);
 }
