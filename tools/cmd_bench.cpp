@@ -14,6 +14,7 @@
 // floor's rates are the GPU's, measured once per dtype in the process: a device GEMM and a
 // device-to-device copy (no CPU probe).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -255,6 +256,15 @@ void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, doub
                 r.impl.c_str());
 }
 
+// A loss scale as 2^n when it is a power of two (what dynamic scaling keeps it at), else %g.
+std::string scale_text(double scale) {
+  int e = 0;
+  if (scale > 0 && std::frexp(scale, &e) == 0.5) return "2^" + std::to_string(e - 1);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", scale);
+  return buf;
+}
+
 // One model in one configuration (checked by run_bench): times it, prints its lines, returns
 // its report.
 nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
@@ -306,8 +316,22 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   }
 
   // Graph mode needs two untimed steps (a key's first runs eagerly, its second is captured).
-  for (int64_t i = 0; i < std::max<int64_t>(a.warmup, 2); ++i)
+  // A dynamic loss scale starts high (2^24) and halves on each overflow: f16 gradients overflow
+  // for the first several steps, which skip the update and replay the step to name the op. They
+  // are not the step training runs, so the warm-up goes on (up to kMaxSettle more steps) until
+  // the last step of every runner applied its update.
+  constexpr int64_t kMaxSettle = 64;
+  int64_t warmup_steps = 0;
+  auto any_skipped = [&] {
+    for (const Runner& r : runners)
+      if (r.step->last_step().skipped) return true;
+    return false;
+  };
+  for (; warmup_steps < std::max<int64_t>(a.warmup, 2) ||
+         (warmup_steps < std::max<int64_t>(a.warmup, 2) + kMaxSettle && any_skipped());
+       ++warmup_steps)
     for (Runner& r : runners) r.run(x, y, false);
+  const int64_t skipped_before = runners.front().step->skipped_steps();
   // Activation memory: what the forward pass keeps alive for backward (the graph's saved
   // tensors and outputs), measured as live bytes with the graph held minus live bytes before.
   // The input batch is a fresh copy the caller then drops, so it counts exactly when the graph
@@ -331,6 +355,7 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   }
   for (int64_t i = 0; i < a.steps; ++i)
     for (Runner& r : runners) r.run(x, y, true);
+  const int64_t skipped_timed = runners.front().step->skipped_steps() - skipped_before;
   const std::vector<ops::ProfileRow> profile =
       a.profile ? ops::profile_rows() : std::vector<ops::ProfileRow>{};
   if (a.profile) {
@@ -406,6 +431,18 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
   }
   std::printf("  the step of `mixprec train --model %s`: %s\n", a.model.c_str(),
               describe_recipe(recipe).c_str());
+  if (skipped_before > 0)
+    std::printf(
+        "  warm-up: %lld steps, %lld of them skipped on overflow while the dynamic loss scale came "
+        "down (to %s)%s\n",
+        static_cast<long long>(warmup_steps), static_cast<long long>(skipped_before),
+        scale_text(runners.front().step->last_step().loss_scale).c_str(),
+        any_skipped() ? "; it was still skipping when the warm-up gave up" : "");
+  if (skipped_timed > 0)
+    std::printf(
+        "  %lld of the %lld timed steps were skipped on overflow (no update, the step replayed to "
+        "name the op): the median mixes them with full steps\n",
+        static_cast<long long>(skipped_timed), static_cast<long long>(a.steps));
   if (!profile.empty())
     print_profile(profile, a.steps * static_cast<int64_t>(runners.size()), runners.front().median(),
                   floor_ms);
@@ -426,6 +463,8 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
       j["step_transient_bytes"] = r.transient;
       j["efficiency"] = floor_ms / median;
       j["skipped_steps"] = r.step->skipped_steps();
+      j["warmup_steps"] = warmup_steps;
+      j["skipped_steps_timed"] = skipped_timed;
       if (r.pipelined_ms > 0) j["step_ms_pipelined"] = r.pipelined_ms;  // device steps only
       if (r.mode == Mode::graph) j["graph"] = report::graph_mode_json(r.step->graph_mode_info());
     };
@@ -542,7 +581,9 @@ Command register_bench(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "Timed steps (the median is reported)")
       ->capture_default_str()
       ->check(integer_range(1, 1000000));
-  cmd->add_option("--warmup", a->warmup, "Untimed steps first")
+  cmd->add_option("--warmup", a->warmup,
+                  "Untimed steps first (then more, up to 64, while a dynamic loss scale is still "
+                  "skipping steps on overflow)")
       ->capture_default_str()
       ->check(integer_range(0, 1000000));
   cmd->add_option("--threads", a->threads, "OpenMP threads (0: default)")

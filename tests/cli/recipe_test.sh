@@ -3,7 +3,8 @@
 # every zoo model the "recipe" of train's --report (the built optimizer's name and settings, the
 # step's clipping and accumulation, the AMP level, the loss-scale manager, one sample's shape and
 # dtype and a label's) equals the recipe of bench's --report, at the defaults and at a level
-# given to both. It fails if bench builds its own optimizer, step or batch again.
+# given to both. It fails if bench builds its own optimizer, step or batch again. And the
+# warm-up waits for a dynamic loss scale to stop skipping steps before the timing starts.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 make_tiny_data "$dir/images" 16
@@ -52,4 +53,21 @@ jq -S .recipe "$dir/bench1.json" > "$dir/b1.json"
 diff "$dir/t1.json" "$dir/b1.json" > "$dir/diff" || fail "gpt-tiny O1: bench's step differs: $(cat "$dir/diff")"
 jq -e '.amp_level == "O1" and (.loss_scale | startswith("dynamic"))' "$dir/t1.json" > /dev/null ||
   fail "gpt-tiny O1's recipe: $(cat "$dir/t1.json")"
+# The timed steps are the steps training runs, not the overflow steps of a dynamic loss scale that
+# starts too high: the warm-up goes on until the scale stops skipping (2^40 in f16 overflows for
+# about 23 steps), and says so; a scale that never settles within 64 more steps is reported.
+"$M" bench --model mlp --amp-level O2 --dtype f16 --loss-scale dynamic:1099511627776,2,2000 --batch-size 2 \
+  --steps 2 --warmup 0 --threads 2 --report "$dir/settle.json" > "$dir/bench.out" ||
+  fail "bench with a high loss scale: $(cat "$dir/bench.out")"
+jq -e '.skipped_steps >= 10 and .skipped_steps_timed == 0 and .warmup_steps == .skipped_steps + 1' \
+  "$dir/settle.json" > /dev/null || fail "the warm-up did not wait for the loss scale: $(cat "$dir/settle.json")"
+grep -q "of them skipped on overflow while the dynamic loss scale came down (to 2^" "$dir/bench.out" ||
+  fail "bench does not say the warm-up waited: $(cat "$dir/bench.out")"
+"$M" bench --model mlp --amp-level O2 --dtype f16 --loss-scale dynamic:1e30,2,2000 --batch-size 2 \
+  --steps 2 --warmup 0 --threads 2 --report "$dir/settle.json" > "$dir/bench.out" ||
+  fail "bench with a loss scale that never settles: $(cat "$dir/bench.out")"
+jq -e '.warmup_steps == 66 and .skipped_steps >= 66 and .skipped_steps_timed == 2' "$dir/settle.json" > /dev/null ||
+  fail "a scale that never settles: $(cat "$dir/settle.json")"
+grep -q "still skipping when the warm-up gave up" "$dir/bench.out" && grep -q "2 of the 2 timed steps were skipped" "$dir/bench.out" ||
+  fail "bench does not say its timed steps were skipped: $(cat "$dir/bench.out")"
 echo "bench and train build the same step for: $(echo $models)"
