@@ -236,10 +236,14 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 // --profile: each (op, phase, kernel) of the timed steps, its time a step and its share of the
-// kernels' time, the most first; the kernels' total against the step's median and floor. Every
-// dispatch is timed on its own, so on a GPU a kernel's time is its launch, not its run.
+// kernels' time, the most first; and its own floor, the roofline's: the longer of its FLOPs
+// (GEMMs, convolutions, attention) at the measured GEMM rate and the bytes of the tensors it reads
+// and writes at the measured memory bandwidth, with the share of that floor it reached (the slow
+// kernels are the small shares; above 1, its tensors came from cache).
+// The kernels' total against the step's median and floor. Every dispatch is timed on its own, so
+// on a GPU a kernel's time is its launch, not its run.
 void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, double median_ms,
-                   double floor_ms) {
+                   double floor_ms, double gflops, double bandwidth_gbs) {
   double total = 0;
   for (const ops::ProfileRow& r : rows) total += r.seconds;
   const double per_step = 1e3 * total / static_cast<double>(steps);
@@ -248,12 +252,30 @@ void print_profile(const std::vector<ops::ProfileRow>& rows, int64_t steps, doub
       "autograd, "
       "allocation, the optimizer's and the unscale's host loops); the step's floor is %.2f ms\n",
       per_step, median_ms, floor_ms);
-  std::printf("  %10s %6s %7s  %s\n", "ms/step", "share", "calls", "op phase [kernel]");
-  for (const ops::ProfileRow& r : rows)
-    std::printf("  %10.3f %5.1f%% %7lld  %s %s [%s]\n",
-                1e3 * r.seconds / static_cast<double>(steps), 100 * r.seconds / total,
-                static_cast<long long>(r.calls / steps), r.op.c_str(), r.phase.c_str(),
-                r.impl.c_str());
+  std::printf(
+      "  a kernel's floor: the longer of its FLOPs at %.0f GFLOP/s and its tensors' bytes at %.1f "
+      "GB/s (above 1: its tensors came from cache; \"-\": the problem reports neither)\n",
+      gflops, bandwidth_gbs);
+  std::printf("  %10s %6s %7s %9s %8s %14s  %s\n", "ms/step", "share", "calls", "floor ms",
+              "of floor", "reached", "op phase [kernel]");
+  for (const ops::ProfileRow& r : rows) {
+    const double ms = 1e3 * r.seconds / static_cast<double>(steps);
+    const double floor =
+        1e3 * std::max(r.work.flops / (gflops * 1e9), r.work.bytes / (bandwidth_gbs * 1e9)) /
+        static_cast<double>(steps);
+    char fl[16] = "-", of[16] = "-", reached[32] = "-";
+    if (floor > 0) {
+      std::snprintf(fl, sizeof fl, "%.3f", floor);
+      std::snprintf(of, sizeof of, "%.2f", ms > 0 ? floor / ms : 0.0);
+      if (r.work.flops > 0)
+        std::snprintf(reached, sizeof reached, "%.0f GFLOP/s", r.work.flops / r.seconds / 1e9);
+      else
+        std::snprintf(reached, sizeof reached, "%.1f GB/s", r.work.bytes / r.seconds / 1e9);
+    }
+    std::printf("  %10.3f %5.1f%% %7lld %9s %8s %14s  %s %s [%s]\n", ms, 100 * r.seconds / total,
+                static_cast<long long>(r.calls / steps), fl, of, reached, r.op.c_str(),
+                r.phase.c_str(), r.impl.c_str());
+  }
 }
 
 // A loss scale as 2^n when it is a power of two (what dynamic scaling keeps it at), else %g.
@@ -445,7 +467,7 @@ nlohmann::json run_one(const BenchArgs& a, DeviceRates& rates) {
         static_cast<long long>(skipped_timed), static_cast<long long>(a.steps));
   if (!profile.empty())
     print_profile(profile, a.steps * static_cast<int64_t>(runners.size()), runners.front().median(),
-                  floor_ms);
+                  floor_ms, gflops, bw);
   if (runners.size() == 2)
     std::printf(
         "graph vs pynative: %.2fx the speed (median step %.2f vs %.2f ms, alternated in this "
@@ -598,8 +620,9 @@ Command register_bench(CLI::App& app) {
   cmd->add_option("--report", a->report, "Write JSON here");
   cmd->add_flag("--profile", a->profile,
                 "Also time every kernel of the timed steps and print them: op, phase, kernel, ms a "
-                "step, share "
-                "(MIXPREC_PROFILE=1 prints the same table for any command, at its exit)");
+                "step, share, and the kernel's own floor (its FLOPs at the measured GEMM rate or "
+                "its tensors' bytes at the measured bandwidth) with the share of it reached "
+                "(MIXPREC_PROFILE=1 prints the times and rates for any command, at its exit)");
   return {cmd, [a] { return run_bench(*a); }};
 }
 

@@ -189,12 +189,14 @@ void bind_attention(Modules& m) {
         py::list rows;
         for (const ops::ProfileRow& r : ops::profile_rows())
           rows.append(py::dict("op"_a = r.op, "phase"_a = r.phase, "impl"_a = r.impl,
-                               "seconds"_a = r.seconds, "calls"_a = r.calls));
+                               "seconds"_a = r.seconds, "calls"_a = r.calls,
+                               "flops"_a = r.work.flops, "bytes"_a = r.work.bytes));
         return rows;
       },
       "mixprec only: the kernel profile, one dict per (op, phase, kernel) with its total "
-      "seconds and calls, the most time first: e.g. {'op': 'scaled_dot_product_attention', "
-      "'phase': 'forward', 'impl': 'flash', ...}.");
+      "seconds and calls, the FLOPs of its products (GEMMs, convolutions, attention; else 0) and "
+      "the bytes of the tensors it read and wrote, the most time first: e.g. {'op': "
+      "'scaled_dot_product_attention', 'phase': 'forward', 'impl': 'flash', ...}.");
 }
 
 }  // namespace mixprec::python

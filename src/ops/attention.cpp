@@ -91,14 +91,6 @@ DType softmax_dtype_for(DType input) {
   return acc_dtype(input);
 }
 
-// Query-key pairs that take part (the causal triangle counted exactly), for the FLOP count.
-int64_t attended_pairs(int64_t lq, int64_t lk, bool causal) {
-  if (!causal) return lq * lk;
-  int64_t n = 0;
-  for (int64_t i = 0; i < lq; ++i) n += std::clamp<int64_t>(i + lk - lq + 1, 0, lk);
-  return n;
-}
-
 // Records the overflow of the forced low-precision softmax, if a check is on and nothing came
 // first.
 void report_softmax_overflow(NumericsCheckScope* check, const char* phase, const std::string& cell,
@@ -195,7 +187,7 @@ Tensor scaled_dot_product_attention(const Tensor& q0, const Tensor& k0, const Te
     record(kOp, {q, k, v}, o,
            [s](const std::vector<Tensor>& g) { return attention_backward(*s, g[0]); });
   }
-  const int64_t flops = 2 * B * H * attended_pairs(Lq, Lk, options.causal) * (D + Dv);
+  const int64_t flops = 2 * B * H * attention_pairs(Lq, Lk, options.causal) * (D + Dv);
   Tensor out = finish(kOp, p, o, dt, flops);
   if (op_recording())
     record_op(OpRecord{OpId::attention_softmax,

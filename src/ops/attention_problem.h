@@ -8,6 +8,7 @@
 // u8 (bool) view broadcast to [B, H, Lq, Lk] (stride 0 on broadcast dims), nonzero = attend.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -50,5 +51,40 @@ struct AttentionBwdProblem {
   Device device() const { return q.device(); }
   std::string describe() const;
 };
+
+// Query-key pairs that take part (the causal triangle counted exactly), for the FLOP counts.
+inline int64_t attention_pairs(int64_t lq, int64_t lk, bool causal) {
+  if (!causal) return lq * lk;
+  int64_t n = 0;
+  for (int64_t i = 0; i < lq; ++i) n += std::clamp<int64_t>(i + lk - lq + 1, 0, lk);
+  return n;
+}
+
+// The kernel profile's work of a call (ops/dispatch.h, profile_work): the forward's products
+// 2 B H pairs (D + Dv) (what the op counts), the backward's twice that (as the bench's floor
+// counts every op's backward); the bytes of every tensor the kernel reads and writes.
+inline double attention_flops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  return 2.0 * static_cast<double>(q.size(0) * q.size(1)) *
+         static_cast<double>(attention_pairs(q.size(2), k.size(2), causal)) *
+         static_cast<double>(q.size(3) + v.size(3));
+}
+inline double profile_flops(const AttentionFwdProblem& p) {
+  return attention_flops(p.q, p.k, p.v, p.params.causal);
+}
+inline double profile_flops(const AttentionBwdProblem& p) {
+  return 2 * attention_flops(p.q, p.k, p.v, p.params.causal);
+}
+double touched_bytes(const Tensor& t);  // ops/dispatch.h
+inline double profile_bytes(const AttentionFwdProblem& p) {
+  double b = 0;
+  for (const Tensor* t : {&p.q, &p.k, &p.v, &p.o, &p.lse}) b += touched_bytes(*t);
+  return b;
+}
+inline double profile_bytes(const AttentionBwdProblem& p) {
+  double b = 0;
+  for (const Tensor* t : {&p.q, &p.k, &p.v, &p.o, &p.lse, &p.dout, &p.dq, &p.dk, &p.dv})
+    b += touched_bytes(*t);
+  return b;
+}
 
 }  // namespace mixprec::ops

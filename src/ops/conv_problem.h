@@ -83,6 +83,16 @@ struct ConvBwdWeightsProblem {
   }
 };
 
+// The kernel profile's FLOPs of a call (ops/dispatch.h, profile_work): each of the three phases
+// does the forward's products, 2 N OH OW Cout (Cin / groups) KH KW.
+inline double conv_flops(const ConvGeometry& g) {
+  return 2.0 * static_cast<double>(g.n * g.oh * g.ow * g.cout) *
+         static_cast<double>(g.cin_g() * g.kh * g.kw);
+}
+inline double profile_flops(const ConvFwdProblem& p) { return conv_flops(p.g); }
+inline double profile_flops(const ConvBwdDataProblem& p) { return conv_flops(p.g); }
+inline double profile_flops(const ConvBwdWeightsProblem& p) { return conv_flops(p.g); }
+
 // The batch of a conv problem and the problem of its images [n0, n1) (views: the image tensors
 // sliced, the weights and the batch sums as they are), for low_via_f32_batched.
 inline int64_t batch_size(const ConvFwdProblem& p) { return p.g.n; }

@@ -141,17 +141,37 @@ void detail::log_measured(OpId op, std::string_view phase, const choice::Choice&
 
 namespace {
 
+struct ProfileEntry {
+  double seconds = 0;
+  int64_t calls = 0;
+  ProfileWork work;
+};
+
+// "1.2 TFLOP/s"-style: the rate a row's calls reached (its FLOPs per second where it has
+// products, else its bytes per second), "" when the problem reports neither.
+std::string achieved(const ProfileEntry& e) {
+  char buf[48] = "";
+  if (e.seconds <= 0) return buf;
+  if (e.work.flops > 0)
+    std::snprintf(buf, sizeof buf, "%.0f GFLOP/s", e.work.flops / e.seconds / 1e9);
+  else if (e.work.bytes > 0)
+    std::snprintf(buf, sizeof buf, "%.1f GB/s", e.work.bytes / e.seconds / 1e9);
+  return buf;
+}
+
 struct Profile {
   std::mutex mu;
-  std::map<std::tuple<std::string, std::string, std::string>, std::pair<double, int64_t>> entries;
+  std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> entries;
   ~Profile() {
     if (entries.empty()) return;
     std::vector<std::pair<double, std::string>> rows;
     double total = 0;
     for (const auto& [k, v] : entries) {
-      total += v.first;
-      rows.emplace_back(v.first, std::get<0>(k) + " " + std::get<1>(k) + " [" + std::get<2>(k) +
-                                     "] x" + std::to_string(v.second));
+      total += v.seconds;
+      const std::string rate = achieved(v);
+      rows.emplace_back(v.seconds, std::get<0>(k) + " " + std::get<1>(k) + " [" + std::get<2>(k) +
+                                       "] x" + std::to_string(v.calls) +
+                                       (rate.empty() ? "" : ", " + rate));
     }
     std::sort(rows.rbegin(), rows.rend());
     std::fprintf(stderr, "mixprec profile (MIXPREC_PROFILE=1): %.1f ms in kernels\n", total * 1e3);
@@ -191,7 +211,7 @@ std::vector<ProfileRow> profile_rows() {
   std::lock_guard<std::mutex> lock(p.mu);
   std::vector<ProfileRow> rows;
   for (const auto& [k, v] : p.entries)
-    rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), v.first, v.second});
+    rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), v.seconds, v.calls, v.work});
   std::sort(rows.begin(), rows.end(),
             [](const ProfileRow& a, const ProfileRow& b) { return a.seconds > b.seconds; });
   return rows;
@@ -207,13 +227,23 @@ double profile_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void profile_add(std::string_view op, std::string_view phase, std::string_view impl,
-                 double seconds) {
+void profile_add(std::string_view op, std::string_view phase, std::string_view impl, double seconds,
+                 ProfileWork work) {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mu);
   auto& e = p.entries[{std::string(op), std::string(phase), std::string(impl)}];
-  e.first += seconds;
-  ++e.second;
+  e.seconds += seconds;
+  ++e.calls;
+  e.work.flops += work.flops;
+  e.work.bytes += work.bytes;
+}
+
+double touched_bytes(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0;
+  int64_t span = 1;  // elements from the first to the last, each dim's extent once
+  for (size_t d = 0; d < t.shape().size(); ++d)
+    span += (t.shape()[d] - 1) * std::abs(t.strides()[d]);
+  return static_cast<double>(std::min(span, t.numel()) * static_cast<int64_t>(t.itemsize()));
 }
 
 }  // namespace mixprec::ops

@@ -98,18 +98,40 @@ void log_dispatch(OpId op, std::string_view phase, std::string_view chosen,
                   const std::string& problem, const std::string& declined);
 
 // The kernel profile (mixprec/ops/profile.h: MIXPREC_PROFILE=1, or set_profiling) records here.
-void profile_add(std::string_view op, std::string_view phase, std::string_view impl,
-                 double seconds);
+void profile_add(std::string_view op, std::string_view phase, std::string_view impl, double seconds,
+                 ProfileWork work = {});
 double profile_now();
+
+// The bytes of t's span in memory (a broadcast dim counts once), 0 when undefined.
+double touched_bytes(const Tensor& t);
+
+// What the profile charges a call of p with: the bytes of the tensors the problem lists
+// (inputs() and outputs(), or its own profile_bytes(p)) and its profile_flops(p) where the
+// problem's header defines one.
+template <class Problem> ProfileWork profile_work(const Problem& p) {
+  ProfileWork w;
+  if constexpr (requires {
+                  Problem::inputs();
+                  Problem::outputs();
+                }) {
+    for (Tensor Problem::*m : Problem::inputs()) w.bytes += touched_bytes(p.*m);
+    for (Tensor Problem::*m : Problem::outputs()) w.bytes += touched_bytes(p.*m);
+  } else if constexpr (requires { profile_bytes(p); }) {
+    w.bytes = profile_bytes(p);
+  }
+  if constexpr (requires { profile_flops(p); }) w.flops = profile_flops(p);
+  return w;
+}
 
 // run(p), timed into the kernel profile when it is on and no capture is recording.
 template <class Problem> void timed_run(void (*run)(const Problem&), const Problem& p,
                                         std::string_view op, std::string_view phase,
                                         std::string_view impl) {
   if (!profiling() || mixprec::detail::capture_recorder() != nullptr) return run(p);
+  const ProfileWork work = profile_work(p);
   const double t0 = profile_now();
   run(p);
-  profile_add(op, phase, impl, profile_now() - t0);
+  profile_add(op, phase, impl, profile_now() - t0, work);
 }
 
 // "bf16[2, 3]" for problem descriptions, logs and errors; with_strides adds "{3,1}".

@@ -334,6 +334,13 @@ struct PointwiseProblem {
   static constexpr auto writes() { return std::array{&PointwiseProblem::out}; }
 };
 
+// The kernel profile's bytes of a call (ops/dispatch.h, profile_work): its operands and output.
+double touched_bytes(const Tensor& t);  // ops/dispatch.h
+inline double profile_bytes(const PointwiseProblem& p) {
+  return touched_bytes(p.in[0]) + touched_bytes(p.in[1]) + touched_bytes(p.in[2]) +
+         touched_bytes(p.out);
+}
+
 // Whether a formula of n operands computes p in double (the output or an operand is f64) rather
 // than float: the rule at the top of this file, for every backend. Asserts p has n operands.
 inline bool computes_in_f64(const PointwiseProblem& p, int n) {

@@ -32,6 +32,11 @@ struct MatmulProblem {
   static constexpr auto writes() { return std::array{&MatmulProblem::out}; }
 };
 
+// The kernel profile's FLOPs of a call (ops/dispatch.h, profile_work): 2 M N K per batch.
+inline double profile_flops(const MatmulProblem& p) {
+  return 2.0 * static_cast<double>(p.out.numel()) * static_cast<double>(p.a.size(-1));
+}
+
 // ---------------------------------------------------------------- GEMM helpers for kernels
 // The one place kernels built on GEMM (cpu/conv_im2col.cpp) and the ops get a GEMM or a column
 // sum; nothing calls a matmul kernel directly.

@@ -70,4 +70,12 @@ jq -e '.warmup_steps == 66 and .skipped_steps >= 66 and .skipped_steps_timed == 
   fail "a scale that never settles: $(cat "$dir/settle.json")"
 grep -q "still skipping when the warm-up gave up" "$dir/bench.out" && grep -q "2 of the 2 timed steps were skipped" "$dir/bench.out" ||
   fail "bench does not say its timed steps were skipped: $(cat "$dir/bench.out")"
+# --profile gives each kernel its own floor (FLOPs at the measured GEMM rate or bytes at the
+# measured bandwidth, the longer) and the share of it the kernel reached.
+"$M" bench --model lenet --batch-size 8 --steps 2 --warmup 1 --threads 2 --profile > "$dir/bench.out" ||
+  fail "bench --profile: $(cat "$dir/bench.out")"
+grep -q "a kernel's floor: the longer of its FLOPs at [0-9]* GFLOP/s and its tensors' bytes at [0-9.]* GB/s" \
+  "$dir/bench.out" || fail "bench --profile does not say what a kernel's floor is: $(cat "$dir/bench.out")"
+grep -Eq "^ +[0-9.]+ +[0-9.]+% +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+ GFLOP/s  conv2d forward " "$dir/bench.out" ||
+  fail "bench --profile has no floor for the convolution: $(cat "$dir/bench.out")"
 echo "bench and train build the same step for: $(echo $models)"

@@ -360,3 +360,14 @@ def test_user_transformer_block_trains_through_the_fused_kernel(level, mode, pro
     impl = "flash" if cpu_has_flash() else "ref"
     assert rows_of("scaled_dot_product_attention") == {("forward", impl), ("backward", impl)}, ops.profile_rows()
     assert not rows_of("softmax")  # no unfused attention anywhere in the step
+
+
+def test_profile_rows_carry_each_kernels_flops_and_bytes(profile):
+    # [B, H, L, D] = [2, 3, 5, 8] forward: 2 B H L^2 (D + Dv) FLOPs, q, k, v, o and the f32
+    # log-sum-exp [2, 3, 5] read or written once.
+    q = ms.Tensor(np.ones((2, 3, 5, 8), np.float32))
+    ops.scaled_dot_product_attention(q, q, q)
+    (row,) = [r for r in ops.profile_rows() if r["op"] == "scaled_dot_product_attention"]
+    assert row["calls"] == 1
+    assert row["flops"] == 2 * 2 * 3 * 5 * 5 * (8 + 8)
+    assert row["bytes"] == 4 * (4 * 2 * 3 * 5 * 8 + 2 * 3 * 5)
