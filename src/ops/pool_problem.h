@@ -56,6 +56,13 @@ struct PoolFwdProblem {
   std::string describe() const;
 };
 
+// The kernel profile's bytes of a forward call (ops/dispatch.h, profile_work): x read, y written
+// (a workspace the kernel leaves is not counted).
+double touched_bytes(const Tensor& t);  // ops/dispatch.h
+inline double profile_bytes(const PoolFwdProblem& p) {
+  return touched_bytes(p.x) + touched_bytes(p.y);
+}
+
 struct PoolBwdProblem {
   Tensor dy;
   Tensor x;          // the forward input (max pooling; the reference recomputes the argmax)

@@ -280,17 +280,26 @@ TEST(MaxPool2d, ChannelsLastKernelMatchesReferenceOnEveryGeometry) {
   // nhwc_max forced on every case (padding, ceil mode, overlapping and rectangular windows; the
   // dense path for few channels and the per-window one), with ties: the same maxima, and the
   // gradient routed to the same (first) argmax.
+  // Each geometry also with 16, 24 and 32 channels: the windows in registers (channels in whole
+  // vectors: 8 lanes on AVX2, 16 on AVX-512, so 24 takes the per-window loop on AVX-512).
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    for (const PoolCase& c : cases()) {
-      const PoolFn fn = [o = c.o](const Tensor& x) { return ops::max_pool2d(x, o); };
-      // All-negative values too: a padded row or column wrongly counted as 0 would win.
-      for (const Tensor& x : {channels_last(random(c.x, 53, d)), channels_last(with_ties(c.x, 54, d)),
-                              channels_last(random(c.x, 56, d, -1.0, -0.1))}) {
-        const PoolRun fast = run_pool(fn, x, "nhwc_max");
-        const PoolRun ref = run_pool(fn, x, "ref");
-        EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0})) << c.name << " " << dtype_name(d);
-        EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << c.name << " " << dtype_name(d);
-        EXPECT_TRUE(strides_are_nhwc(fast.dx)) << c.name;
+    for (const PoolCase& c0 : cases()) {
+      for (int64_t channels : {c0.x[1], int64_t{16}, int64_t{24}, int64_t{32}}) {
+        PoolCase c = c0;
+        c.x[1] = channels;
+        const PoolFn fn = [o = c.o](const Tensor& x) { return ops::max_pool2d(x, o); };
+        // All-negative values too: a padded row or column wrongly counted as 0 would win.
+        for (const Tensor& x :
+             {channels_last(random(c.x, 53, d)), channels_last(with_ties(c.x, 54, d)),
+              channels_last(random(c.x, 56, d, -1.0, -0.1))}) {
+          const PoolRun fast = run_pool(fn, x, "nhwc_max");
+          const PoolRun ref = run_pool(fn, x, "ref");
+          EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0}))
+              << c.name << " C=" << channels << " " << dtype_name(d);
+          EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0}))
+              << c.name << " C=" << channels << " " << dtype_name(d);
+          EXPECT_TRUE(strides_are_nhwc(fast.dx)) << c.name;
+        }
       }
     }
   }
@@ -299,25 +308,31 @@ TEST(MaxPool2d, ChannelsLastKernelMatchesReferenceOnEveryGeometry) {
 TEST(MaxPool2d, ChannelsLastKernelKeepsTheReferencesArgmaxWithInfAndNan) {
   // Windows that are all -inf, start with -inf, start with NaN or hold a NaN later, for LeNet's
   // 6 channels: the same maxima and the gradient routed to the same element as the reference.
-  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    std::vector<float> v = random({2, 6, 4, 6}, 55, DType::f32).to_vector<float>();
-    auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) -> float& { return v[static_cast<size_t>(((n * 6 + c) * 4 + h) * 6 + w)]; };
-    for (int64_t h : {0, 1})
-      for (int64_t w : {0, 1}) at(0, 0, h, w) = -INFINITY;  // a whole window
-    at(0, 1, 0, 0) = -INFINITY;                              // first of its window
-    at(0, 2, 0, 2) = NAN;                                    // first of its window
-    at(1, 3, 3, 5) = NAN;                                    // last of its window
-    at(1, 4, 2, 2) = -INFINITY;
-    at(1, 4, 2, 3) = NAN;
-    const Tensor x = channels_last(Tensor::from_vector(v, {2, 6, 4, 6}).astype(d));
-    for (const ops::Pool2dOptions& o : {ops::Pool2dOptions{}, ops::Pool2dOptions{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}}) {
-      const PoolFn fn = [o](const Tensor& t) { return ops::max_pool2d(t, o); };
-      const PoolRun fast = run_pool(fn, x, "nhwc_max");
-      const PoolRun ref = run_pool(fn, x, "ref");
-      EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0})) << dtype_name(d);
-      EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << dtype_name(d);
+  // And for 32 channels (the windows in registers).
+  for (DType d : {DType::f32, DType::bf16, DType::f16})
+    for (int64_t C : {int64_t{6}, int64_t{32}}) {
+      std::vector<float> v = random({2, C, 4, 6}, 55, DType::f32).to_vector<float>();
+      auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) -> float& {
+        return v[static_cast<size_t>(((n * C + c) * 4 + h) * 6 + w)];
+      };
+      for (int64_t h : {0, 1})
+        for (int64_t w : {0, 1}) at(0, 0, h, w) = -INFINITY;  // a whole window
+      at(0, 1, 0, 0) = -INFINITY;                             // first of its window
+      at(0, 2, 0, 2) = NAN;                                   // first of its window
+      at(1, 3, 3, 5) = NAN;                                   // last of its window
+      at(1, 4, 2, 2) = -INFINITY;
+      at(1, 4, 2, 3) = NAN;
+      const Tensor x = channels_last(Tensor::from_vector(v, {2, C, 4, 6}).astype(d));
+      for (const ops::Pool2dOptions& o :
+           {ops::Pool2dOptions{},
+            ops::Pool2dOptions{.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}}) {
+        const PoolFn fn = [o](const Tensor& t) { return ops::max_pool2d(t, o); };
+        const PoolRun fast = run_pool(fn, x, "nhwc_max");
+        const PoolRun ref = run_pool(fn, x, "ref");
+        EXPECT_TRUE(all_close(fast.y, ref.y, {0, 0})) << dtype_name(d);
+        EXPECT_TRUE(all_close(fast.dx, ref.dx, {0, 0})) << dtype_name(d);
+      }
     }
-  }
 }
 
 TEST(AdaptiveAvgPool2d, GlobalIsTheMeanOverHeightAndWidth) {
