@@ -62,7 +62,7 @@ inline int64_t attention_pairs(int64_t lq, int64_t lk, bool causal) {
 
 // The kernel profile's work of a call (ops/dispatch.h, profile_work): the forward's products
 // 2 B H pairs (D + Dv) (what the op counts), the backward's twice that (as the bench's floor
-// counts every op's backward); the bytes of every tensor the kernel reads and writes.
+// counts every op's backward); every tensor the kernel reads and writes.
 inline double attention_flops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   return 2.0 * static_cast<double>(q.size(0) * q.size(1)) *
          static_cast<double>(attention_pairs(q.size(2), k.size(2), causal)) *
@@ -74,17 +74,11 @@ inline double profile_flops(const AttentionFwdProblem& p) {
 inline double profile_flops(const AttentionBwdProblem& p) {
   return 2 * attention_flops(p.q, p.k, p.v, p.params.causal);
 }
-double touched_bytes(const Tensor& t);  // ops/dispatch.h
-inline double profile_bytes(const AttentionFwdProblem& p) {
-  double b = 0;
-  for (const Tensor* t : {&p.q, &p.k, &p.v, &p.o, &p.lse}) b += touched_bytes(*t);
-  return b;
+inline auto profile_tensors(const AttentionFwdProblem& p) {
+  return std::array<const Tensor*, 5>{&p.q, &p.k, &p.v, &p.o, &p.lse};
 }
-inline double profile_bytes(const AttentionBwdProblem& p) {
-  double b = 0;
-  for (const Tensor* t : {&p.q, &p.k, &p.v, &p.o, &p.lse, &p.dout, &p.dq, &p.dk, &p.dv})
-    b += touched_bytes(*t);
-  return b;
+inline auto profile_tensors(const AttentionBwdProblem& p) {
+  return std::array<const Tensor*, 9>{&p.q, &p.k, &p.v, &p.o, &p.lse, &p.dout, &p.dq, &p.dk, &p.dv};
 }
 
 }  // namespace mixprec::ops

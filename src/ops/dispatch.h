@@ -106,7 +106,7 @@ double profile_now();
 double touched_bytes(const Tensor& t);
 
 // What the profile charges a call of p with: the bytes of the tensors the problem lists
-// (inputs() and outputs(), or its own profile_bytes(p)) and its profile_flops(p) where the
+// (inputs() and outputs(), or its header's profile_tensors(p)) and its profile_flops(p) where the
 // problem's header defines one.
 template <class Problem> ProfileWork profile_work(const Problem& p) {
   ProfileWork w;
@@ -116,8 +116,8 @@ template <class Problem> ProfileWork profile_work(const Problem& p) {
                 }) {
     for (Tensor Problem::*m : Problem::inputs()) w.bytes += touched_bytes(p.*m);
     for (Tensor Problem::*m : Problem::outputs()) w.bytes += touched_bytes(p.*m);
-  } else if constexpr (requires { profile_bytes(p); }) {
-    w.bytes = profile_bytes(p);
+  } else if constexpr (requires { profile_tensors(p); }) {
+    for (const Tensor* t : profile_tensors(p)) w.bytes += touched_bytes(*t);
   }
   if constexpr (requires { profile_flops(p); }) w.flops = profile_flops(p);
   return w;

@@ -334,11 +334,10 @@ struct PointwiseProblem {
   static constexpr auto writes() { return std::array{&PointwiseProblem::out}; }
 };
 
-// The kernel profile's bytes of a call (ops/dispatch.h, profile_work): its operands and output.
-double touched_bytes(const Tensor& t);  // ops/dispatch.h
-inline double profile_bytes(const PointwiseProblem& p) {
-  return touched_bytes(p.in[0]) + touched_bytes(p.in[1]) + touched_bytes(p.in[2]) +
-         touched_bytes(p.out);
+// The tensors the kernel profile charges a call with (ops/dispatch.h, profile_work): its operands
+// (undefined past its arity: none) and its output.
+inline auto profile_tensors(const PointwiseProblem& p) {
+  return std::array<const Tensor*, 4>{&p.in[0], &p.in[1], &p.in[2], &p.out};
 }
 
 // Whether a formula of n operands computes p in double (the output or an operand is f64) rather

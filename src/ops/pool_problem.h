@@ -56,11 +56,10 @@ struct PoolFwdProblem {
   std::string describe() const;
 };
 
-// The kernel profile's bytes of a forward call (ops/dispatch.h, profile_work): x read, y written
-// (a workspace the kernel leaves is not counted).
-double touched_bytes(const Tensor& t);  // ops/dispatch.h
-inline double profile_bytes(const PoolFwdProblem& p) {
-  return touched_bytes(p.x) + touched_bytes(p.y);
+// The tensors the kernel profile charges a forward call with (ops/dispatch.h, profile_work): x
+// read, y written (a workspace the kernel leaves is not counted).
+inline auto profile_tensors(const PoolFwdProblem& p) {
+  return std::array<const Tensor*, 2>{&p.x, &p.y};
 }
 
 struct PoolBwdProblem {

@@ -130,7 +130,7 @@ void pool_max_nhwc_fwd(const PoolFwdProblem& p) {
   const bool dense = C < kDenseBelowC && g.pad_l == 0 && (g.ow - 1) * g.stride_w + g.kw <= g.w;
   // Channels in whole vectors: the windows in registers, straight from x (no widened rows).
   const simd::Isa isa = simd::best_isa();
-  const int64_t lanes = isa == simd::Isa::avx512 ? 16 : 8;
+  const int64_t lanes = isa == simd::Isa::avx512 ? simd::avx512::kLanes : simd::avx2::kLanes;
   if (!dense && isa != simd::Isa::scalar && C % lanes == 0) {
     visit_float(dt, [&]<class T>() {
       if constexpr (!std::is_same_v<T, double>) {
