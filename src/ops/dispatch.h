@@ -266,7 +266,25 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
     return k.device == Device::Type::cpu && k.name != "ref" && !kernel_disabled(k.name) &&
            k.declines(p).empty();
   };
-  const std::optional<choice::Choice> cached = choice::lookup(sig);
+  std::optional<choice::Choice> cached = choice::lookup(sig), incomplete;
+  // A measured choice from the file that never timed a kernel this build has for p (a kernel
+  // added since the file was written) is measured again, once, and merged with it (more runs:
+  // the file takes the new entry); the choices it keeps are adopted into this process's table,
+  // so the check costs one pass over the kernels per signature.
+  if (cached && cached->from_file && !cached->to_confirm() && !cached->seconds.empty()) {
+    bool complete = true;
+    for (const Impl<P>& k : impls)
+      if ((&k == first ? first->name != "ref" : (&k > first && usable(k))) &&
+          std::none_of(cached->seconds.begin(), cached->seconds.end(),
+                       [&](const auto& s) { return s.first == k.name; }))
+        complete = false;
+    if (complete) {
+      choice::adopt(sig, *cached);
+    } else {
+      incomplete = cached;
+      cached.reset();
+    }
+  }
   if (const std::optional<choice::Choice>& c = cached; c && !c->to_confirm()) {
     for (const Impl<P>& k : impls)
       if (k.name == c->kernel && (&k == first || usable(k))) {
@@ -308,6 +326,7 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
   }
   c.kernel = candidates[win]->name;
   if (cached && cached->to_confirm()) c = choice::merge_runs(*cached, c);
+  if (incomplete) c = choice::merge_runs(*incomplete, c);
   choice::count_measurement();
   choice::store(sig, c);
   choice::note_used(sig, c);

@@ -314,6 +314,14 @@ thread_local bool t_unrecorded = false;
 UnrecordedScope::UnrecordedScope() : prev_(t_unrecorded) { t_unrecorded = true; }
 UnrecordedScope::~UnrecordedScope() { t_unrecorded = prev_; }
 
+void adopt(const std::string& sig, const Choice& in) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Choice c = in;
+  c.from_file = false;
+  s.mine.emplace(sig, c);
+}
+
 void note_used(const std::string& sig, const Choice& c) {
   if (t_unrecorded) return;
   State& s = state();

@@ -83,6 +83,8 @@ Choice merge_runs(const Choice& before, const Choice& now);
 std::optional<Choice> lookup(const std::string& sig, bool with_file = true);
 // Records a measured choice for this process and merges it into the cache file.
 void store(const std::string& sig, const Choice& c);
+// Takes a choice read from the file into this process's table as it is (nothing written).
+void adopt(const std::string& sig, const Choice& c);
 // Choices that win over every other source (a resumed run's, from its checkpoint).
 void pin(const std::map<std::string, std::string>& kernels);
 // Every choice this process used, by signature (for reports and checkpoints).

@@ -3,6 +3,7 @@
 // and the f16 emulation within tolerance) on the zoo's shapes, channels-last and
 // non-contiguous inputs, the fused ReLU, f32 weight gradients for bf16, f16 overflow, errors.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 
@@ -11,6 +12,8 @@
 #include "mixprec/version.h"
 #include "op_test_util.h"
 #include "core/autograd_graph.h"
+#include "ops/conv_problem.h"
+#include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
 
 namespace mixprec {
@@ -391,19 +394,21 @@ void expect_direct_matches_reference(const Tensor& yd, const V& gd, const Tensor
   EXPECT_EQ(gd[0].dtype(), w.dtype());
 }
 
+// A case of the kernel tests below: input and weight shapes, options, whether there is a bias.
+struct KernelCase {
+  Shape x, w;
+  ops::Conv2dOptions o;
+  bool bias;
+};
+
 TEST(Conv2d, DirectSingleChannelMatchesReference) {
   // First layers (1 input channel, stride 1, up to 8 output channels, channels-last or
   // contiguous) forced onto the direct kernel: forward and backward-weights, every dtype, widths
   // that are and are not multiples of 16, full and partial channel blocks, with and without bias
   // and ReLU.
   if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "direct_c1 needs AVX2 and FMA";
-  struct Case {
-    Shape x, w;
-    ops::Conv2dOptions o;
-    bool bias;
-  };
   const ops::Conv2dOptions pad2{.pad_mode = ops::PadMode::pad, .padding = {2, 2, 2, 2}};
-  const std::vector<Case> cases = {
+  const std::vector<KernelCase> cases = {
       {{3, 1, 12, 12}, {6, 1, 5, 5}, pad2, true},                                          // lenet
       {{2, 1, 28, 28}, {8, 1, 3, 3}, {}, false},
       {{2, 1, 28, 28}, {7, 1, 3, 3}, {.pad_mode = ops::PadMode::same, .activation = ops::Activation::relu}, true},
@@ -414,7 +419,7 @@ TEST(Conv2d, DirectSingleChannelMatchesReference) {
       {{2, 1, 9, 37}, {5, 1, 5, 3}, {.pad_mode = ops::PadMode::pad, .padding = {2, 1, 0, 3}, .activation = ops::Activation::relu, .output_format = ops::MemoryFormat::contiguous}, true},
   };
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    for (const Case& c : cases) {
+    for (const KernelCase& c : cases) {
       const Tensor x = random(c.x, 91, d);
       const Tensor w = random(c.w, 92, DType::f32).astype(d).set_requires_grad(true);
       const Tensor b = c.bias ? random({c.w[0]}, 93, DType::f32).astype(d).set_requires_grad(true) : Tensor();
@@ -472,12 +477,7 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
   // with and without a partial block, asymmetric padding.
   const CpuFeatures& f = cpu_features();
   if (!f.avx2 || !f.fma || f.avx512f) GTEST_SKIP() << "direct_small runs on AVX2 machines without AVX-512";
-  struct Case {
-    Shape x, w;
-    ops::Conv2dOptions o;
-    bool bias;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<KernelCase> cases = {
       {{3, 6, 14, 14}, {16, 6, 5, 5}, {}, true},  // lenet's second conv
       {{2, 3, 9, 11}, {8, 3, 3, 3}, {.pad_mode = ops::PadMode::same, .activation = ops::Activation::relu}, true},
       {{2, 16, 7, 7}, {32, 16, 3, 3}, {.pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}}, false},
@@ -485,7 +485,7 @@ TEST(Conv2d, DirectSmallChannelsMatchesReference) {
       {{2, 5, 4, 4}, {16, 5, 1, 1}, {}, true},
   };
   for (DType d : {DType::f32, DType::bf16, DType::f16}) {
-    for (const Case& c : cases) {
+    for (const KernelCase& c : cases) {
       const Tensor x = channels_last(random(c.x, 81, d)).set_requires_grad(true);
       const Tensor w = random(c.w, 82, DType::f32, -0.5, 0.5).astype(d).set_requires_grad(true);
       const Tensor b = c.bias ? random({c.w[0]}, 83, DType::f32).astype(d).set_requires_grad(true) : Tensor();
@@ -655,6 +655,87 @@ TEST(Conv2d, RejectsBadShapesAndOptions) {
   } catch (const Error& e) {
     EXPECT_NE(e.hint().find("PadMode::pad"), std::string::npos);
   }
+}
+
+// The bf16 weight gradient through AVX512-BF16's pair dot product (cpu/conv_bf16_pairs.cpp),
+// forced for backward-weights only: dW and db against the reference kernel's (f32 sums in another
+// order, then rounded to the parameters' bf16: the dtype's tolerance), over odd and even output
+// widths (the last pair's missing partner), strides 1 and 2, asymmetric padding, 1x1 and 3x2
+// kernels, input channels of 32 and 64 (two vectors a tile, the interleaved channel order) and
+// 48 (one vector, a last 16 in order); the same bits on 1 and 2 threads; an inf in the input
+// reaches exactly the taps that read it; what it declines.
+TEST(Conv2d, Bf16PairsWeightGradientMatchesReference) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16))
+    GTEST_SKIP() << "bf16_pairs needs AVX512-BF16, which this CPU lacks";
+  const ops::Conv2dOptions pad1{.pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}};
+  const std::vector<KernelCase> cases = {
+      {{2, 32, 9, 9}, {32, 32, 3, 3}, pad1, true},                        // odd OW
+      {{2, 32, 10, 10}, {64, 32, 3, 3}, {.stride = {2, 2}, .pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}}, false},
+      {{3, 64, 7, 7}, {16, 64, 3, 3}, {.stride = {2, 2}, .pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}}, true},
+      {{1, 48, 7, 6}, {16, 48, 3, 2}, {.pad_mode = ops::PadMode::pad, .padding = {1, 0, 2, 1}}, true},
+      {{3, 16, 5, 5}, {32, 16, 1, 1}, {}, false},
+  };
+  for (const KernelCase& c : cases) {
+    const Tensor x = channels_last(random(c.x, 71, DType::bf16));
+    const Tensor w = random(c.w, 72, DType::f32, -0.5, 0.5).astype(DType::bf16).set_requires_grad(true);
+    const Tensor b = c.bias ? random({c.w[0]}, 73, DType::f32).astype(DType::bf16).set_requires_grad(true) : Tensor();
+    const auto [yd, gd] = forward_and_weight_grads("bf16_pairs", x, w, b, c.o, 74);
+    const auto [yr, gr] = forward_and_weight_grads("ref", x, w, b, c.o, 74);
+    const std::string what = shape_str(c.x) + " * " + shape_str(c.w);
+    expect_direct_matches_reference(yd, gd, yr, gr, DType::bf16, w, c.bias, what);
+    // The kernel's own output (f32, before the parameter's rounding): the same bits whatever the
+    // thread count.
+    std::vector<Tensor> by_threads;
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      ops::ForceImpl force("bf16_pairs");
+      const Tensor y = ops::conv2d(x, w.detach(), Tensor(), c.o);
+      Tensor dw = zeros(c.w, {.dtype = DType::f32});
+      ops::dispatch(OpId::conv2d, "backward_weights",
+                    ops::ConvBwdWeightsProblem{x, channels_last(random(y.shape(), 75, DType::bf16)), dw, Tensor(),
+                                               ops::conv_geometry(c.x, c.w, c.o)});
+      by_threads.push_back(dw);
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(by_threads[0].to_vector<float>(), by_threads[1].to_vector<float>()) << what;
+  }
+  // An inf in the last column of an odd-width input (9: the last pair has no partner), read by
+  // the taps kw <= 1 of the last output column: exactly the reference's infinite dW entries.
+  {
+    std::vector<float> xv = random({1, 32, 5, 9}, 76, DType::f32).to_vector<float>();
+    xv[(3 * 5 + 2) * 9 + 8] = INFINITY;  // channel 3, row 2, last column
+    const Tensor xi = channels_last(Tensor::from_vector(xv, {1, 32, 5, 9}).astype(DType::bf16));
+    const Tensor wi = random({16, 32, 3, 3}, 77, DType::f32).astype(DType::bf16).set_requires_grad(true);
+    auto dw_of = [&](const char* impl) {
+      ops::ForceImpl fi(impl);
+      const Tensor y = ops::conv2d(xi, wi, Tensor(), pad1);
+      return grad(ops::sum(ops::mul(y.astype(DType::f32), random(y.shape(), 78, DType::f32))), {wi})[0]
+          .astype(DType::f32)
+          .to_vector<float>();
+    };
+    const std::vector<float> a = dw_of("bf16_pairs"), r = dw_of("ref");
+    int infinite = 0;
+    for (size_t k = 0; k < r.size(); ++k) {
+      EXPECT_EQ(std::isfinite(a[k]), std::isfinite(r[k])) << "dw element " << k;
+      EXPECT_EQ(std::isnan(a[k]), std::isnan(r[k])) << "dw element " << k;
+      infinite += !std::isfinite(r[k]);
+    }
+    EXPECT_GT(infinite, 0);
+  }
+  // What it declines: f32, input channels not a multiple of 16, output channels not of 16.
+  auto why = [&](DType d, int64_t cin, int64_t cout) {
+    const ops::ConvGeometry q = ops::conv_geometry({1, cin, 4, 4}, {cout, cin, 3, 3}, pad1);
+    const Tensor x = channels_last(zeros({1, cin, 4, 4}, {.dtype = d}));
+    const Tensor dy = channels_last(zeros({1, cout, 4, 4}, {.dtype = d}));
+    return ops::cpu::conv_bf16_pairs_bwd_weights_declines(
+        ops::ConvBwdWeightsProblem{x, dy, zeros({cout, cin, 3, 3}), Tensor(), q});
+  };
+  EXPECT_EQ(why(DType::bf16, 32, 16), "");
+  EXPECT_EQ(why(DType::f32, 32, 16), "not bf16");
+  EXPECT_EQ(why(DType::bf16, 8, 16), "input channels not a multiple of 16");
+  EXPECT_EQ(why(DType::bf16, 32, 24), "output channels not a multiple of 16");
 }
 
 }  // namespace

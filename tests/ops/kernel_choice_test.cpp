@@ -167,6 +167,42 @@ TEST(KernelChoice, AConfirmingRunKeepsEachCandidatesBestTimeOfBothRuns) {
     }
 }
 
+// A trusted choice in the file that never timed one of this build's candidates (a kernel added
+// since the file was written, under the same library version) is measured again, and the file
+// then holds that kernel's time; a complete one is taken as it is.
+TEST(KernelChoice, AKernelTheFileNeverTimedIsMeasuredAgain) {
+  SKIP_WITHOUT_ONEDNN();
+  CacheDir cache;
+  ::setenv("MIXPREC_KERNEL_CHOICE", "measure-once", 1);  // one run's choice is trusted
+  KernelChoiceScope s(KernelChoice::measure);
+  (void)gemm(64, 96, 80, 5);
+  nlohmann::json j = nlohmann::json::parse(read_text(cache.file()));
+  std::map<std::string, std::string> dropped;
+  for (auto& [key, section] : j.at("machines").items())
+    for (auto& [sig, c] : section.items()) {
+      if (c.at("seconds").size() < 2) continue;
+      for (const auto& [name, t] : c.at("seconds").items())
+        if (name != c.at("kernel")) {
+          dropped[sig] = name;
+          break;
+        }
+      c.at("seconds").erase(dropped[sig]);
+    }
+  ASSERT_FALSE(dropped.empty()) << "no signature had two candidates: the test proves nothing";
+  std::ofstream(cache.file()) << j.dump(1);
+  choice::reset_for_testing();
+  (void)gemm(64, 96, 80, 5);
+  EXPECT_GE(choice::measurements(), 1) << "a choice that never timed a candidate was trusted";
+  const nlohmann::json after = nlohmann::json::parse(read_text(cache.file()));
+  for (const auto& [key, section] : after.at("machines").items())
+    for (const auto& [sig, c] : section.items())
+      if (dropped.count(sig)) EXPECT_TRUE(c.at("seconds").contains(dropped[sig])) << sig;
+  choice::reset_for_testing();  // now complete: taken as it is
+  (void)gemm(64, 96, 80, 5);
+  EXPECT_EQ(choice::measurements(), 0);
+  ::unsetenv("MIXPREC_KERNEL_CHOICE");
+}
+
 TEST(KernelChoice, AMeasuredLinearMatchesTheReferenceKernel) {
   SKIP_WITHOUT_ONEDNN();
   // The timing runs write fresh outputs; the real output is written once, by the chosen kernel.

@@ -376,6 +376,72 @@ TEST(Linear, SkinnyKernelsMatchTheReference) {
   }
 }
 
+// linear's backward-weights dy^T x through AVX512-BF16's pair dot product (ops/cpu/
+// conv_bf16_pairs.cpp, `bf16_pairs`), called directly against the reference kernel: odd and even
+// reductions (the last pair's missing partner), M and N of 16, 32 and 48 (one vector a tile, two,
+// and the interleaved channel order with a last 16 in order), f32 and bf16 outputs; the same bits
+// on 1 and 2 threads; inf and NaN where the reference has them; what it declines.
+TEST(Linear, Bf16PairsWeightGradientMatchesTheReference) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16))
+    GTEST_SKIP() << "bf16_pairs needs AVX512-BF16, which this CPU lacks";
+  struct Case {
+    int64_t tokens, in, out;
+  };
+  const Case cases[] = {{1024, 64, 32}, {1537, 48, 16}, {3000, 32, 48}, {1100, 16, 64}};
+  auto run = [](void (*kernel)(const ops::MatmulProblem&), ops::MatmulProblem p) {
+    p.out = Tensor::empty(p.out.shape(), {.dtype = p.out.dtype()});
+    kernel(p);
+    return p.out;
+  };
+  for (const Case& c : cases) {
+    const Tensor x = random({c.tokens, c.in}, 130, DType::bf16);
+    Tensor dy = random({c.tokens, c.out}, 131, DType::bf16);
+    for (DType od : {DType::f32, DType::bf16}) {
+      const std::string what = "tokens " + std::to_string(c.tokens) + " in " + std::to_string(c.in) +
+                               " out " + std::to_string(c.out) + " " + std::string(dtype_name(od));
+      const ops::MatmulProblem p{dy.transpose(0, 1), x, {}, Tensor::empty({c.out, c.in}, {.dtype = od}),
+                                 false};
+      ASSERT_EQ(ops::cpu::gemm_bf16_pairs_declines(p), "") << what;
+      const Tensor got = run(ops::cpu::gemm_bf16_pairs, p);
+      EXPECT_TRUE(gemm_close(got, run(ops::ref::matmul, p), c.tokens, od)) << what;
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const Tensor one = run(ops::cpu::gemm_bf16_pairs, p);
+      omp_set_num_threads(saved);
+      EXPECT_EQ(one.astype(DType::f32).to_vector<float>(), got.astype(DType::f32).to_vector<float>())
+          << what << ": the thread count changed the bits";
+    }
+  }
+  // An inf in one token of x reaches every output of its column; a NaN in dy its row.
+  {
+    std::vector<float> xv = random({1025, 32}, 132, DType::f32).to_vector<float>();
+    std::vector<float> dv = random({1025, 16}, 133, DType::f32).to_vector<float>();
+    xv[1024 * 32 + 5] = INFINITY;  // the last token: the odd one, without a partner
+    dv[7 * 16 + 3] = NAN;
+    const Tensor x = Tensor::from_vector(xv, {1025, 32}).astype(DType::bf16);
+    const Tensor dy = Tensor::from_vector(dv, {1025, 16}).astype(DType::bf16);
+    const ops::MatmulProblem p{dy.transpose(0, 1), x, {}, Tensor::empty({16, 32}), false};
+    const std::vector<float> a = run(ops::cpu::gemm_bf16_pairs, p).to_vector<float>();
+    const std::vector<float> r = run(ops::ref::matmul, p).to_vector<float>();
+    for (size_t k = 0; k < r.size(); ++k) {
+      EXPECT_EQ(std::isnan(a[k]), std::isnan(r[k])) << k;
+      EXPECT_EQ(std::isinf(a[k]), std::isinf(r[k])) << k;
+    }
+  }
+  const Tensor x = random({2048, 32}, 134, DType::bf16), dy = random({2048, 32}, 135, DType::bf16);
+  auto why = [&](const Tensor& a, const Tensor& b) {
+    return ops::cpu::gemm_bf16_pairs_declines(
+        {a, b, {}, Tensor::empty({a.size(0), b.size(1)}), false});
+  };
+  EXPECT_EQ(why(dy.transpose(0, 1), x), "");
+  EXPECT_EQ(why(dy.transpose(0, 1).astype(DType::f32), x.astype(DType::f32)), "not bf16");
+  EXPECT_EQ(why(dy.transpose(0, 1).contiguous(), x), "a is not the transpose of a row-major matrix");
+  EXPECT_EQ(why(dy.slice(0, 0, 512).transpose(0, 1), x.slice(0, 0, 512)),
+            "a reduction shorter than 1024");
+  EXPECT_EQ(why(dy.slice(1, 0, 24).transpose(0, 1), x), "M or N not a multiple of 16");
+}
+
 TEST(Linear, NonContiguousInputAndWeight) {
   const Tensor x = random({20, 6}, 80, DType::f32).transpose(0, 1);  // [6, 20], column-major
   const Tensor w = random({20, 9}, 81, DType::f32).transpose(0, 1);  // [9, 20], transposed storage

@@ -81,6 +81,14 @@ void gemm_skinny_dot(const MatmulProblem& p);
 std::string gemm_skinny_rows_declines(const MatmulProblem& p);
 void gemm_skinny_rows(const MatmulProblem& p);
 
+// conv_bf16_pairs.cpp: the weight gradient of bf16 convolutions (channels-last, input channels a
+// multiple of 16, output channels of 8) through AVX512-BF16's pair dot product.
+std::string conv_bf16_pairs_bwd_weights_declines(const ConvBwdWeightsProblem& p);
+void conv_bf16_pairs_bwd_weights(const ConvBwdWeightsProblem& p);
+// The same for a bf16 GEMM whose reduction is long (K >= 1024) and whose a is a transposed
+// row-major matrix: linear's backward-weights (dY^T X over the tokens).
+std::string gemm_bf16_pairs_declines(const MatmulProblem& p);
+void gemm_bf16_pairs(const MatmulProblem& p);
 // conv_im2col.cpp: im2col + GEMM (through dispatch, gemm_into) for convolutions with a small
 // reduction (cin * kh * kw <= 64, one group).
 std::string conv_im2col_fwd_declines(const ConvFwdProblem& p);

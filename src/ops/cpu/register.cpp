@@ -25,6 +25,8 @@ void register_cpu_kernels() {
       {"skinny_dot", kCpu, cpu::gemm_skinny_dot_declines, cpu::gemm_skinny_dot});
   register_kernel<MatmulProblem>(
       {"skinny_rows", kCpu, cpu::gemm_skinny_rows_declines, cpu::gemm_skinny_rows});
+  register_kernel<MatmulProblem>(
+      {"bf16_pairs", kCpu, cpu::gemm_bf16_pairs_declines, cpu::gemm_bf16_pairs});
 
   register_kernel<ConvFwdProblem>(
       {"direct_c1", kCpu, cpu::conv_direct_c1_fwd_declines, cpu::conv_direct_c1_fwd});
@@ -47,6 +49,9 @@ void register_cpu_kernels() {
                                           cpu::conv_direct_c1_bwd_weights});
   register_kernel<ConvBwdWeightsProblem>(
       {"direct_small", kCpu, cpu::conv_small_bwd_weights_declines, cpu::conv_small_bwd_weights});
+  register_kernel<ConvBwdWeightsProblem>({"bf16_pairs", kCpu,
+                                          cpu::conv_bf16_pairs_bwd_weights_declines,
+                                          cpu::conv_bf16_pairs_bwd_weights});
   register_kernel(low_via_f32_batched<cpu::why_not_via_f32, cpu::conv_im2col_bwd_weights_declines,
                                       cpu::conv_im2col_bwd_weights>(kCpu, "im2col_gemm_via_f32"));
   register_kernel<ConvBwdWeightsProblem>(
