@@ -671,6 +671,8 @@ TEST(Conv2d, Bf16PairsWeightGradientMatchesReference) {
   const ops::Conv2dOptions pad1{.pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}};
   const std::vector<KernelCase> cases = {
       {{2, 32, 9, 9}, {32, 32, 3, 3}, pad1, true},                        // odd OW
+      {{2, 32, 8, 10}, {32, 32, 3, 3}, pad1, false},                      // even OW
+      {{1, 16, 6, 8}, {16, 16, 3, 5}, {.pad_mode = ops::PadMode::pad, .padding = {1, 1, 2, 2}}, true},
       {{2, 32, 10, 10}, {64, 32, 3, 3}, {.stride = {2, 2}, .pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}}, false},
       {{3, 64, 7, 7}, {16, 64, 3, 3}, {.stride = {2, 2}, .pad_mode = ops::PadMode::pad, .padding = {1, 1, 1, 1}}, true},
       {{1, 48, 7, 6}, {16, 48, 3, 2}, {.pad_mode = ops::PadMode::pad, .padding = {1, 0, 2, 1}}, true},
@@ -702,11 +704,12 @@ TEST(Conv2d, Bf16PairsWeightGradientMatchesReference) {
     EXPECT_EQ(by_threads[0].to_vector<float>(), by_threads[1].to_vector<float>()) << what;
   }
   // An inf in the last column of an odd-width input (9: the last pair has no partner), read by
-  // the taps kw <= 1 of the last output column: exactly the reference's infinite dW entries.
-  {
-    std::vector<float> xv = random({1, 32, 5, 9}, 76, DType::f32).to_vector<float>();
-    xv[(3 * 5 + 2) * 9 + 8] = INFINITY;  // channel 3, row 2, last column
-    const Tensor xi = channels_last(Tensor::from_vector(xv, {1, 32, 5, 9}).astype(DType::bf16));
+  // the taps kw <= 1 of the last output column, and of an even-width one (10): exactly the
+  // reference's infinite dW entries.
+  for (int64_t width : {9, 10}) {
+    std::vector<float> xv = random({1, 32, 5, width}, 76, DType::f32).to_vector<float>();
+    xv[static_cast<size_t>((3 * 5 + 2) * width + width - 1)] = INFINITY;  // channel 3, row 2, last column
+    const Tensor xi = channels_last(Tensor::from_vector(xv, {1, 32, 5, width}).astype(DType::bf16));
     const Tensor wi = random({16, 32, 3, 3}, 77, DType::f32).astype(DType::bf16).set_requires_grad(true);
     auto dw_of = [&](const char* impl) {
       ops::ForceImpl fi(impl);

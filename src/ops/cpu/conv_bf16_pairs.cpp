@@ -53,9 +53,8 @@ namespace {
 constexpr int64_t kMr = 8;                            // output channels per tile
 constexpr int64_t kMaxImageBytes = int64_t{2} << 20;  // a chunk's packed words, per thread
 constexpr int64_t kChunkPairs = 256;                  // pairs a chunk of images should hold
-constexpr int64_t kGroups = 8;
-constexpr int64_t kMinGemmK = 1024;  // the GEMM kernel's shortest reduction  // groups of images
-                                     // summed separately: up to 8 threads busy
+constexpr int64_t kGroups = 8;       // groups of images summed separately: up to 8 threads busy
+constexpr int64_t kMinGemmK = 1024;  // the GEMM kernel's shortest reduction
 
 struct Geo {
   int64_t n, cin, h, w, cout, kh, kw, oh, ow, sh, sw, pt, pl;
