@@ -739,6 +739,7 @@ TEST(Conv2d, Bf16PairsWeightGradientMatchesReference) {
   EXPECT_EQ(why(DType::f32, 32, 16), "not bf16");
   EXPECT_EQ(why(DType::bf16, 8, 16), "input channels not a multiple of 16");
   EXPECT_EQ(why(DType::bf16, 32, 24), "output channels not a multiple of 16");
+  EXPECT_EQ(why(DType::bf16, 512, 256), "a weight of more than 2^20 elements");  // 3x3x512x256
 }
 
 }  // namespace

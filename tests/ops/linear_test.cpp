@@ -440,6 +440,9 @@ TEST(Linear, Bf16PairsWeightGradientMatchesTheReference) {
   EXPECT_EQ(why(dy.slice(0, 0, 512).transpose(0, 1), x.slice(0, 0, 512)),
             "a reduction shorter than 1024");
   EXPECT_EQ(why(dy.slice(1, 0, 24).transpose(0, 1), x), "M or N not a multiple of 16");
+  const Tensor wide = Tensor::empty({1024, 1040}, {.dtype = DType::bf16});  // 1040 * 1040 > 2^20
+  EXPECT_EQ(why(wide.transpose(0, 1), Tensor::empty({1024, 1040}, {.dtype = DType::bf16})),
+            "an output of more than 2^20 elements");
 }
 
 TEST(Linear, NonContiguousInputAndWeight) {

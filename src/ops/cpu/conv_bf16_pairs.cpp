@@ -55,6 +55,9 @@ constexpr int64_t kMaxImageBytes = int64_t{2} << 20;  // a chunk's packed words,
 constexpr int64_t kChunkPairs = 256;                  // pairs a chunk of images should hold
 constexpr int64_t kGroups = 8;       // groups of images summed separately: up to 8 threads busy
 constexpr int64_t kMinGemmK = 1024;  // the GEMM kernel's shortest reduction
+// The largest weight gradient taken (elements): the groups' f32 sums are kGroups copies of it, 32
+// MB at most; larger layers stay with oneDNN, whose kernels need no such copies.
+constexpr int64_t kMaxWeights = int64_t{1} << 20;
 
 struct Geo {
   int64_t n, cin, h, w, cout, kh, kw, oh, ow, sh, sw, pt, pl;
@@ -345,6 +348,7 @@ std::string conv_bf16_pairs_bwd_weights_declines(const ConvBwdWeightsProblem& p)
   const Geo q = make_geo(g);
   if ((q.dy_words() + q.x_words()) * 4 > kMaxImageBytes)
     return "an image's packed pairs exceed 2 MB";
+  if (g.kh * g.kw * g.cout * g.cin > kMaxWeights) return "a weight of more than 2^20 elements";
   return "";
 }
 
@@ -391,6 +395,7 @@ std::string gemm_bf16_pairs_declines(const MatmulProblem& p) {
   const int64_t m = p.a.size(0), k = p.a.size(1), n = p.b.size(1);
   if (m % 16 != 0 || n % 16 != 0) return "M or N not a multiple of 16";
   if (k < kMinGemmK) return "a reduction shorter than 1024";
+  if (m * n > kMaxWeights) return "an output of more than 2^20 elements";
   if (p.a.strides()[0] != 1 || p.a.strides()[1] < m)
     return "a is not the transpose of a row-major matrix";
   if (p.b.strides()[1] != 1 || p.b.strides()[0] < n) return "b is not row-major";
