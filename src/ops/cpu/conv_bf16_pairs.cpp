@@ -340,6 +340,9 @@ std::string conv_bf16_pairs_bwd_weights_declines(const ConvBwdWeightsProblem& p)
   if (!p.dw.defined()) return "no weight gradient needed";
   const ConvGeometry& g = p.g;
   if (g.groups != 1 || g.dil_h != 1 || g.dil_w != 1) return "groups or dilation != 1";
+  // A 1x1 convolution packs as much as it computes (one tap): oneDNN measured 1.1-1.45x faster
+  // on resnet-small's stride-2 shortcuts; so it stays there, in the fixed order too.
+  if (g.kh * g.kw == 1) return "a 1x1 kernel (oneDNN's measured faster)";
   if (g.cin % 16 != 0) return "input channels not a multiple of 16";
   if (g.cout % 16 != 0) return "output channels not a multiple of 16";
   if (g.n == 0 || g.oh == 0 || g.ow == 0) return "no output positions";
