@@ -102,10 +102,9 @@ inline ChannelBlocks channel_blocks(const Tensor& x) {
 // statistics come from here (ref and oneDNN alike, so they agree bit for bit); defined in
 // ops/ref/norm_stats.cpp.
 void batch_norm_statistics(const Tensor& x, const Tensor& mean, const Tensor& var);
-namespace detail {
 // The same on a capped instruction set: 0 the baseline, 1 AVX2 + F16C, 2 AVX-512 where the CPU
-// has them (tests compare the bits).
-void batch_norm_statistics_on(int isa, const Tensor& x, const Tensor& mean, const Tensor& var);
-}  // namespace detail
+// has them (tests compare the bits). Not in a nested `detail` namespace: files under ops/ name
+// mixprec::detail's helpers as `detail::`, which an ops::detail seen here would hide.
+void batch_norm_statistics_on_isa(int isa, const Tensor& x, const Tensor& mean, const Tensor& var);
 
 }  // namespace mixprec::ops

@@ -334,7 +334,7 @@ TEST(BatchNorm, StatisticsAreTheSameBitsOnEveryInstructionSet) {
         std::vector<std::vector<float>> means, vars;
         for (int isa : {0, 1, 2}) {
           const Tensor mean = Tensor::empty({c}), var = Tensor::empty({c});
-          ops::detail::batch_norm_statistics_on(isa, x, mean, var);
+          ops::batch_norm_statistics_on_isa(isa, x, mean, var);
           means.push_back(mean.to_vector<float>());
           vars.push_back(var.to_vector<float>());
         }

@@ -188,11 +188,10 @@ template <class T> void shifted_sums(const T* x, const ChannelBlocks& s, const d
 }  // namespace
 
 void batch_norm_statistics(const Tensor& x, const Tensor& mean, const Tensor& var) {
-  detail::batch_norm_statistics_on(2, x, mean, var);
+  batch_norm_statistics_on_isa(2, x, mean, var);
 }
 
-void detail::batch_norm_statistics_on(int isa, const Tensor& x, const Tensor& mean,
-                                      const Tensor& var) {
+void batch_norm_statistics_on_isa(int isa, const Tensor& x, const Tensor& mean, const Tensor& var) {
   visit_float(x.dtype(), [&]<class T>() {
     using C = compute_t<T>;
     const ChannelBlocks s = channel_blocks(x);
