@@ -266,26 +266,31 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
     return k.device == Device::Type::cpu && k.name != "ref" && !kernel_disabled(k.name) &&
            k.declines(p).empty();
   };
-  std::optional<choice::Choice> cached = choice::lookup(sig), incomplete;
-  // A measured choice from the file that never timed a kernel this build has for p (a kernel
-  // added since the file was written) is measured again, once, and merged with it (more runs:
-  // the file takes the new entry); the choices it keeps are adopted into this process's table,
-  // so the check costs one pass over the kernels per signature.
-  if (cached && cached->from_file && !cached->to_confirm() && !cached->seconds.empty()) {
-    bool complete = true;
-    for (const Impl<P>& k : impls)
-      if ((&k == first ? first->name != "ref" : (&k > first && usable(k))) &&
-          std::none_of(cached->seconds.begin(), cached->seconds.end(),
-                       [&](const auto& s) { return s.first == k.name; }))
-        complete = false;
-    if (complete) {
+  // The kernels that compete for p: `first` (unless it is the reference) and the usable ones after
+  // it.
+  const auto candidate = [&](const Impl<P>& k) {
+    return &k == first ? first->name != "ref" : (&k > first && usable(k));
+  };
+  const std::optional<choice::Choice> cached = choice::lookup(sig);
+  // A choice from the file is timed again and merged with (`before`) when it is not yet
+  // confirmed (kernel_choice.h), or when it never timed a candidate this build has (a kernel
+  // added since the file was written; the merge has more runs, so the file takes it). A complete
+  // one is adopted into this process's table: the check runs once a signature.
+  std::optional<choice::Choice> before;
+  if (cached && cached->to_confirm()) {
+    before = cached;
+  } else if (cached && cached->from_file && !cached->seconds.empty()) {
+    const auto timed = [&](const Impl<P>& k) {
+      return std::any_of(cached->seconds.begin(), cached->seconds.end(),
+                         [&](const auto& s) { return s.first == k.name; });
+    };
+    if (std::all_of(impls.begin(), impls.end(),
+                    [&](const Impl<P>& k) { return !candidate(k) || timed(k); }))
       choice::adopt(sig, *cached);
-    } else {
-      incomplete = cached;
-      cached.reset();
-    }
+    else
+      before = cached;
   }
-  if (const std::optional<choice::Choice>& c = cached; c && !c->to_confirm()) {
+  if (const std::optional<choice::Choice>& c = cached; c && !before) {
     for (const Impl<P>& k : impls)
       if (k.name == c->kernel && (&k == first || usable(k))) {
         if (c->chosen()) {
@@ -297,7 +302,7 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
   }
   std::vector<const Impl<P>*> candidates;
   for (const Impl<P>& k : impls)
-    if (&k == first ? first->name != "ref" : (&k > first && usable(k))) candidates.push_back(&k);
+    if (candidate(k)) candidates.push_back(&k);
   std::optional<P> trial;
   if (candidates.size() > 1) trial = with_fresh_writes(p);
   if (!trial) {
@@ -325,8 +330,7 @@ template <class P> const Impl<P>* choose_kernel(OpId op, std::string_view phase,
     if (best[i] < best[win]) win = i;
   }
   c.kernel = candidates[win]->name;
-  if (cached && cached->to_confirm()) c = choice::merge_runs(*cached, c);
-  if (incomplete) c = choice::merge_runs(*incomplete, c);
+  if (before) c = choice::merge_runs(*before, c);
   choice::count_measurement();
   choice::store(sig, c);
   choice::note_used(sig, c);

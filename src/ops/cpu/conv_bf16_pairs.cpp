@@ -67,6 +67,9 @@ struct Geo {
   int64_t chunk;  // images packed together: at least kChunkPairs pairs, within kMaxImageBytes
   int64_t dy_words() const { return oh * pairs * cout; }
   int64_t x_words() const { return kw * rows * pairs * cin; }
+  // A chunk's words of one block of 16 output channels in dy2, of 16 nv input channels in xp.
+  int64_t dy_block() const { return chunk * oh * pairs * 16; }
+  int64_t x_block() const { return chunk * kw * rows * pairs * 16 * nv; }
 };
 
 Geo make_geo(const ConvGeometry& g) {
@@ -93,10 +96,6 @@ Geo make_geo(const ConvGeometry& g) {
   q.chunk = std::clamp<int64_t>((kChunkPairs + per_image - 1) / per_image, 1,
                                 std::max<int64_t>(1, kMaxImageBytes / bytes));
   return q;
-}
-
-bool dense_nhwc(const Tensor& t) {
-  return t.strides() == image_strides(t.shape(), ImageLayout::nhwc);
 }
 
 #pragma GCC push_options
@@ -161,7 +160,7 @@ inline void pair_row(const uint16_t* a, const uint16_t* b, int64_t n, uint32_t* 
 // xp[ic / (16 nv)][i][kw][r][j][ic % (16 nv)] (g.chunk slots). x and dy dense channels-last bf16.
 void pack_image(const Geo& g, const uint16_t* x, const uint16_t* dy, int64_t n, int64_t i,
                 uint32_t* dy2, uint32_t* xp) {
-  const int64_t dy_block = g.chunk * g.oh * g.pairs * 16;  // words of 16 output channels
+  const int64_t dy_block = g.dy_block();
   const uint16_t* dyn = dy + n * g.oh * g.ow * g.cout;
   for (int64_t oh = 0; oh < g.oh; ++oh)
     for (int64_t j = 0; j < g.pairs; ++j) {
@@ -169,7 +168,7 @@ void pack_image(const Geo& g, const uint16_t* x, const uint16_t* dy, int64_t n, 
       const uint16_t* p1 = 2 * j + 1 < g.ow ? p0 + g.cout : nullptr;
       pair_row(p0, p1, g.cout, dy2 + ((i * g.oh + oh) * g.pairs + j) * 16, dy_block, 16);
     }
-  const int64_t width = 16 * g.nv, x_block = g.chunk * g.kw * g.rows * g.pairs * width;
+  const int64_t width = 16 * g.nv, x_block = g.x_block();
   const uint16_t* xn = x + n * g.h * g.w * g.cin;
   for (int64_t kw = 0; kw < g.kw; ++kw)
     for (int64_t r = 0; r < g.rows; ++r) {
@@ -237,8 +236,7 @@ template <int NV> void tile(const Geo& g, int64_t images, const uint32_t* d, con
 // Consecutive tiles share the tap and input channels: one slice of xp serves the oc blocks.
 void run(const Geo& g, int64_t groups, const uint16_t* x, const uint16_t* dy, uint32_t* pack,
          float* sums) {
-  const int64_t dy_block = g.chunk * g.oh * g.pairs * 16;
-  const int64_t x_block = g.chunk * g.kw * g.rows * g.pairs * 16 * g.nv;
+  const int64_t dy_block = g.dy_block(), x_block = g.x_block();
   const int64_t ocb = g.cout / kMr, icb = g.cin / (16 * g.nv), tiles = g.kh * g.kw * ocb * icb;
   const int64_t words = g.kh * g.kw * g.cout * g.cin;
   const int64_t per_thread = g.chunk * (g.dy_words() + g.x_words());
@@ -346,7 +344,7 @@ std::string conv_bf16_pairs_bwd_weights_declines(const ConvBwdWeightsProblem& p)
   if (g.cin % 16 != 0) return "input channels not a multiple of 16";
   if (g.cout % 16 != 0) return "output channels not a multiple of 16";
   if (g.n == 0 || g.oh == 0 || g.ow == 0) return "no output positions";
-  if (!dense_nhwc(p.x) || !dense_nhwc(p.dy))
+  if (!has_layout(p.x, ImageLayout::nhwc) || !has_layout(p.dy, ImageLayout::nhwc))
     return "input or output gradient not dense channels-last";
   const Geo q = make_geo(g);
   if ((q.dy_words() + q.x_words()) * 4 > kMaxImageBytes)

@@ -81,8 +81,8 @@ void gemm_skinny_dot(const MatmulProblem& p);
 std::string gemm_skinny_rows_declines(const MatmulProblem& p);
 void gemm_skinny_rows(const MatmulProblem& p);
 
-// conv_bf16_pairs.cpp: the weight gradient of bf16 convolutions (channels-last, input channels a
-// multiple of 16, output channels of 8) through AVX512-BF16's pair dot product.
+// conv_bf16_pairs.cpp: the weight gradient of bf16 convolutions (channels-last, input and output
+// channels multiples of 16, not 1x1) through AVX512-BF16's pair dot product.
 std::string conv_bf16_pairs_bwd_weights_declines(const ConvBwdWeightsProblem& p);
 void conv_bf16_pairs_bwd_weights(const ConvBwdWeightsProblem& p);
 // The same for a bf16 GEMM whose reduction is long (K >= 1024) and whose a is a transposed

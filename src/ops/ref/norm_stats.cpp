@@ -56,7 +56,6 @@ template <int L, class T> MIXPREC_INLINE void load_lanes(const T* p, typename La
     for (int l = 0; l < L; ++l) out[l] = static_cast<double>(load(p[l]));
   }
 }
-template <class T> MIXPREC_INLINE void load4(const T* p, v4d& out) { load_lanes<4>(p, out); }
 
 // One channel's contiguous run x[0, n) shifted by k: sums of d and d * d added to t1, t2.
 template <class T>
@@ -64,8 +63,8 @@ MIXPREC_INLINE void add_run(const T* x, int64_t n, double k, double& t1, double&
   v4d s1a{}, s1b{}, s2a{}, s2b{}, d, e;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    load4(x + i, d);
-    load4(x + i + 4, e);
+    load_lanes<4>(x + i, d);
+    load_lanes<4>(x + i + 4, e);
     d -= k;
     e -= k;
     s1a += d;
