@@ -207,6 +207,14 @@ template <class P>
 concept Measured = requires {
   requires P::kMeasured;
 };
+// Whether p's kernels are timed: every problem of a Measured type, unless the type narrows it
+// with `bool measured() const` (PointwiseProblem: gelu's 16-bit forms only).
+template <class P> bool measured(const P& p) {
+  if constexpr (requires { p.measured(); })
+    return p.measured();
+  else
+    return true;
+}
 
 // What a measured choice is keyed by: threads, op, phase, the problem and its tensors' strides.
 template <class P> std::string choice_signature(OpId op, std::string_view phase, const P& p) {
@@ -369,7 +377,7 @@ template <class Problem> void dispatch(OpId op, std::string_view phase, const Pr
       const Impl<Problem>* run = &impl;
       if constexpr (detail::Measured<Problem>)
         if (forced.empty() && impl.device == Device::Type::cpu &&
-            kernel_choice() == KernelChoice::measure)
+            kernel_choice() == KernelChoice::measure && detail::measured(p))
           run = detail::choose_kernel(op, phase, p, impls, &impl);
       if (verbose) log_dispatch(op, phase, run->name, p.describe(), declined);
       if (mixprec::detail::capture_recorder() != nullptr) {  // GRAPH_MODE capture: record the call

@@ -330,6 +330,15 @@ struct PointwiseProblem {
   Device device() const { return out.device(); }
   std::string describe() const;
   int arity() const { return in[2].defined() ? 3 : in[1].defined() ? 2 : 1; }
+  // Dispatch times the kernels of gelu's forms on 16-bit values (a table lookup against the
+  // vector formula: which wins depends on the CPU's gathers); every other pointwise problem
+  // takes its first accepting kernel (ops/kernel_choice.h).
+  static constexpr bool kMeasured = true;
+  bool measured() const {
+    return (fn == PointwiseFn::gelu_erf || fn == PointwiseFn::gelu_tanh ||
+            fn == PointwiseFn::gelu_erf_grad || fn == PointwiseFn::gelu_tanh_grad) &&
+           (out.dtype() == DType::bf16 || out.dtype() == DType::f16);
+  }
   // Every tensor its kernels write (GRAPH_MODE's planning: core/capture.h, capture_writes).
   static constexpr auto writes() { return std::array{&PointwiseProblem::out}; }
 };

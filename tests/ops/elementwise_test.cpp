@@ -4,6 +4,8 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "op_test_util.h"
@@ -395,6 +397,92 @@ TEST(Arithmetic, DirectRowsAtEveryWidthAreTheF32RowsRoundedOnce) {
         EXPECT_TRUE(testing::all_close(run(a, b, isa), want, {0, 0}))
             << ops::pointwise_fn_name(fn) << " " << dtype_name(d) << " " << ops::cpu::simd::isa_name(isa);
     }
+}
+
+}  // namespace
+}  // namespace mixprec
+
+namespace mixprec {
+namespace {
+
+// table16 (gelu's forms on 16-bit values by lookup) against the row kernel it is made from, on
+// every ISA here: every one of the 65536 inputs (NaNs, infinities, subnormals and -0 included),
+// then a 13-value tail; the gradients with g cycling through specials and random values. Bit for
+// bit, but for one case: a NaN g times a NaN factor is NaN with either operand's sign and payload
+// (x86 returns the first operand's, and the compiler orders a product's operands as it likes).
+TEST(Gelu, Table16GivesTheRowKernelsBitsForEverySixteenBitInput) {
+  using ops::cpu::simd::Isa;
+  if (ops::cpu::simd::best_isa() == Isa::scalar) GTEST_SKIP() << "no AVX2: table16 declines";
+  std::vector<Isa> isas{Isa::scalar, Isa::avx2};
+  if (ops::cpu::simd::best_isa() == Isa::avx512) isas.push_back(Isa::avx512);
+  const int64_t n = 65536 + 13;
+  const auto bits_of = [](const Tensor& t) {
+    std::vector<uint16_t> b(static_cast<size_t>(t.numel()));
+    std::memcpy(b.data(), t.data_ptr(), b.size() * 2);
+    return b;
+  };
+  const auto tensor_of = [](const std::vector<uint16_t>& b, DType d) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(b.size())}, {.dtype = d});
+    std::memcpy(t.data_ptr(), b.data(), b.size() * 2);
+    return t;
+  };
+  for (DType d : {DType::bf16, DType::f16}) {
+    const uint16_t nan1 = d == DType::bf16 ? 0x7FC0 : 0x7E00, nan2 = d == DType::bf16 ? 0xFFC1 : 0xFE01;
+    const uint16_t inf = d == DType::bf16 ? 0x7F80 : 0x7C00;
+    const uint16_t specials[] = {nan1, nan2, inf, static_cast<uint16_t>(inf | 0x8000), 0x0000, 0x8000, 0x0001, 0x3C00};
+    std::vector<uint16_t> xb(n), gb = bits_of(testing::random({n}, 83, DType::f32, -3, 3).astype(d));
+    for (int64_t i = 0; i < n; ++i) {
+      xb[i] = static_cast<uint16_t>(i < 65536 ? i : i * 4099);
+      if (i % 7 == 0) gb[i] = specials[(i / 7) % 8];
+    }
+    const Tensor x = tensor_of(xb, d), g = tensor_of(gb, d);
+    for (ops::PointwiseFn fn : {ops::PointwiseFn::gelu_erf, ops::PointwiseFn::gelu_tanh,
+                                ops::PointwiseFn::gelu_erf_grad, ops::PointwiseFn::gelu_tanh_grad}) {
+      const bool grad = fn == ops::PointwiseFn::gelu_erf_grad || fn == ops::PointwiseFn::gelu_tanh_grad;
+      for (Isa isa : isas) {
+        ops::PointwiseProblem p{.fn = fn, .a = 0, .b = 0,
+                                .in = {grad ? g : x, grad ? x : Tensor(), Tensor()},
+                                .out = Tensor::empty({n}, {.dtype = d})};
+        ASSERT_EQ(ops::cpu::table16_declines(p), "");
+        ASSERT_TRUE(ops::cpu::vector_rows_direct(p, isa));
+        const std::vector<uint16_t> want = bits_of(p.out);
+        p.out.fill_(7.0);
+        ops::cpu::table16_on(p, isa);
+        const std::vector<uint16_t> got = bits_of(p.out);
+        int64_t bad = 0;
+        size_t first = 0;
+        const auto is_nan = [&](uint16_t b) {
+          return d == DType::bf16 ? (b & 0x7FFF) > 0x7F80 : (b & 0x7FFF) > 0x7C00;
+        };
+        for (size_t i = 0; i < got.size(); ++i)
+          if (got[i] != want[i] && !(grad && is_nan(gb[i]) && is_nan(got[i]) && is_nan(want[i])) &&
+              bad++ == 0)
+            first = i;
+        EXPECT_EQ(bad, 0) << dtype_name(d) << " " << ops::pointwise_fn_name(fn) << " "
+                          << ops::cpu::simd::isa_name(isa) << ": first at x bits 0x" << std::hex
+                          << xb[first] << ", g bits 0x" << gb[first] << ": 0x" << got[first]
+                          << " against 0x" << want[first];
+      }
+    }
+  }
+}
+
+TEST(Gelu, Table16DeclinesWhatItCannotLookUp) {
+  if (ops::cpu::simd::best_isa() == ops::cpu::simd::Isa::scalar) GTEST_SKIP() << "no AVX2";
+  const Tensor x16 = testing::random({4, 6}, 84, DType::f32).astype(DType::bf16);
+  const auto problem = [](ops::PointwiseFn fn, const Tensor& a, const Tensor& b, DType out) {
+    return ops::PointwiseProblem{.fn = fn, .a = 0, .b = 0, .in = {a, b, Tensor()},
+                                 .out = Tensor::empty(a.shape(), {.dtype = out})};
+  };
+  EXPECT_EQ(ops::cpu::table16_declines(problem(ops::PointwiseFn::gelu_erf, x16, Tensor(), DType::bf16)), "");
+  EXPECT_NE(ops::cpu::table16_declines(problem(ops::PointwiseFn::gelu_erf, x16.astype(DType::f32), Tensor(), DType::f32)), "");
+  EXPECT_NE(ops::cpu::table16_declines(problem(ops::PointwiseFn::add, x16, x16, DType::bf16)), "");
+  EXPECT_NE(ops::cpu::table16_declines(problem(ops::PointwiseFn::gelu_erf_grad, x16, x16.astype(DType::f16), DType::bf16)), "");
+  EXPECT_NE(ops::cpu::table16_declines(problem(ops::PointwiseFn::gelu_erf, ops::transpose(x16, 0, 1), Tensor(), DType::bf16)), "");
+  // Only gelu's 16-bit forms are timed by dispatch; the other pointwise problems keep the order.
+  EXPECT_TRUE(problem(ops::PointwiseFn::gelu_tanh_grad, x16, x16, DType::bf16).measured());
+  EXPECT_FALSE(problem(ops::PointwiseFn::gelu_erf, x16.astype(DType::f32), Tensor(), DType::f32).measured());
+  EXPECT_FALSE(problem(ops::PointwiseFn::add, x16, x16, DType::bf16).measured());
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 // f64 problems keep the scalar formulas of cpu::pointwise.
 #include "ops/cpu/simd.h"
 
+#include <mutex>
+#include <vector>
+
 #include "mixprec/error.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/kernels.h"
@@ -75,21 +78,119 @@ bool one_dense_layout(const PointwiseProblem& p) {
   return true;
 }
 
-// The direct path: rows of 4096 elements split over the threads, each row in the vector code.
+// n elements as rows of 4096 split over the threads: row(lo, len) for each.
+template <class F> void over_rows(int64_t n, const F& row) {
+  constexpr int64_t kRow = 4096;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t c = 0; c < (n + kRow - 1) / kRow; ++c) {
+    const int64_t lo = c * kRow;
+    row(lo, std::min(kRow, n - lo));
+  }
+}
+
+// The direct path: each row in the vector code.
 template <class T> void run_dense(const PointwiseProblem& p, simd::Activation act, simd::Isa isa) {
   const T* a = static_cast<const T*>(p.in[0].data_ptr());
   const T* b = p.arity() > 1 ? static_cast<const T*>(p.in[1].data_ptr()) : nullptr;
   T* out = static_cast<T*>(p.out.data_ptr());
-  const int64_t n = p.out.numel();
-  constexpr int64_t kRow = 4096;
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t c = 0; c < (n + kRow - 1) / kRow; ++c) {
-    const int64_t lo = c * kRow, len = std::min(kRow, n - lo);
+  over_rows(p.out.numel(), [&](int64_t lo, int64_t len) {
     typed_rows<T>(act, isa, a + lo, b ? b + lo : nullptr, out + lo, len);
+  });
+}
+
+// ---------------------------------------------------------------- table16
+
+bool is_grad(simd::Activation act) {
+  return act == simd::Activation::gelu_erf_grad || act == simd::Activation::gelu_tanh_grad;
+}
+
+// tab[bits] over all 65536 values of T: the forward's result widened (exact), or a gradient's
+// factor d(x), as the f32 row kernel gives 1 * d(x) for x widened from T (exact: the T rows
+// widen x the same way before the same arithmetic, and 1 * d is d, NaN payload included).
+template <class T> std::vector<float> make_table(simd::Activation act) {
+  constexpr int64_t kN = 65536;
+  std::vector<T> x(kN);
+  for (int64_t i = 0; i < kN; ++i) x[static_cast<size_t>(i)].bits = static_cast<uint16_t>(i);
+  std::vector<float> tab(kN);
+  if (is_grad(act)) {
+    std::vector<float> xf(kN), one(kN, 1.0f);
+    for (int64_t i = 0; i < kN; ++i)
+      xf[static_cast<size_t>(i)] = mixprec::load(x[static_cast<size_t>(i)]);
+    typed_rows<float>(act, simd::best_isa(), one.data(), xf.data(), tab.data(), kN);
+  } else {
+    std::vector<T> y(kN);
+    typed_rows<T>(act, simd::best_isa(), x.data(), nullptr, y.data(), kN);
+    for (int64_t i = 0; i < kN; ++i)
+      tab[static_cast<size_t>(i)] = mixprec::load(y[static_cast<size_t>(i)]);
+  }
+  return tab;
+}
+
+// The table of (act, T), made on first use (256 KB; at most the four forms of two dtypes).
+template <class T> const float* table_of(simd::Activation act) {
+  static constexpr simd::Activation kForms[] = {
+      simd::Activation::gelu_erf, simd::Activation::gelu_tanh, simd::Activation::gelu_erf_grad,
+      simd::Activation::gelu_tanh_grad};
+  static std::once_flag once[4];
+  static std::vector<float> tables[4];
+  for (size_t f = 0; f < 4; ++f)
+    if (kForms[f] == act) {
+      std::call_once(once[f], [&] { tables[f] = make_table<T>(act); });
+      return tables[f].data();
+    }
+  MIXPREC_ASSERT(false, "table16: not one of gelu's forms");
+  return nullptr;
+}
+
+template <bool kGrad, class T>
+void table_rows_on(simd::Isa isa, const T* x, const T* g, T* out, int64_t n, const float* tab) {
+  switch (isa) {
+    case simd::Isa::avx512: return simd::avx512::table_rows<kGrad>(x, g, out, n, tab);
+    case simd::Isa::avx2: return simd::avx2::table_rows<kGrad>(x, g, out, n, tab);
+    case simd::Isa::scalar: return simd::scalar::table_rows<kGrad>(x, g, out, n, tab);
   }
 }
 
+// The rows as run_dense's. A gradient's operands are (g, x).
+template <class T> void run_table(const PointwiseProblem& p, simd::Activation act, simd::Isa isa) {
+  const float* tab = table_of<T>(act);
+  const bool grad = is_grad(act);
+  const T* x = static_cast<const T*>(p.in[grad ? 1 : 0].data_ptr());
+  const T* g = grad ? static_cast<const T*>(p.in[0].data_ptr()) : nullptr;
+  T* out = static_cast<T*>(p.out.data_ptr());
+  over_rows(p.out.numel(), [&](int64_t lo, int64_t len) {
+    if (grad)
+      table_rows_on<true>(isa, x + lo, g + lo, out + lo, len, tab);
+    else
+      table_rows_on<false>(isa, x + lo, static_cast<const T*>(nullptr), out + lo, len, tab);
+  });
+}
+
 }  // namespace
+
+std::string table16_declines(const PointwiseProblem& p) {
+  if (simd::best_isa() == simd::Isa::scalar) return "needs AVX2's gathers";
+  switch (p.fn) {
+    case PointwiseFn::gelu_erf:
+    case PointwiseFn::gelu_tanh:
+    case PointwiseFn::gelu_erf_grad:
+    case PointwiseFn::gelu_tanh_grad: break;
+    default: return "not one of gelu's forms";
+  }
+  if (!is_low_precision(p.out.dtype())) return "not bf16 or f16 (a table holds every 16-bit input)";
+  if (!one_dense_layout(p)) return "operands not all in the output's dtype and dense layout";
+  return "";
+}
+
+void table16_on(const PointwiseProblem& p, simd::Isa isa) {
+  const simd::Activation act = *row_kernel_of(p.fn);
+  if (p.out.dtype() == DType::bf16)
+    run_table<bf16>(p, act, isa);
+  else
+    run_table<f16>(p, act, isa);
+}
+
+void table16(const PointwiseProblem& p) { table16_on(p, simd::best_isa()); }
 
 bool vector_rows_direct(const PointwiseProblem& p, simd::Isa isa) {
   const std::optional<simd::Activation> act = row_kernel_of(p.fn);

@@ -54,6 +54,14 @@ void vector_rows(const PointwiseProblem& p);
 bool vector_rows_direct(const PointwiseProblem& p, simd::Isa isa);
 void activation_rows(simd::Activation act, simd::Isa isa, const float* a, const float* b,
                      float* out, int64_t n);
+// gelu's four forms on bf16 or f16 (every operand and the output one 16-bit dtype, one dense
+// layout) by lookup in a table of all 65536 inputs, made once per form and dtype by the row
+// kernel itself: vector_rows' bits, with a gather instead of erf or exp per value. Whether it
+// beats the row kernel depends on the CPU's gathers: dispatch measures the two
+// (PointwiseProblem::measured). table16_on: tests, each ISA here.
+std::string table16_declines(const PointwiseProblem& p);
+void table16(const PointwiseProblem& p);
+void table16_on(const PointwiseProblem& p, simd::Isa isa);
 
 // conv_direct.cpp: single-input-channel convolutions with at most 8 output channels (LeNet's
 // first conv), forward and backward-weights, f32 register accumulation, channels-last output.

@@ -9,6 +9,7 @@ namespace mixprec::ops {
 void register_cpu_kernels() {
   constexpr Device::Type kCpu = Device::Type::cpu;
   register_kernel<PointwiseProblem>({"bits16", kCpu, cpu::relu_bits16_declines, cpu::relu_bits16});
+  register_kernel<PointwiseProblem>({"table16", kCpu, cpu::table16_declines, cpu::table16});
   register_kernel<PointwiseProblem>(
       {"vector_rows", kCpu, cpu::vector_rows_declines, cpu::vector_rows});
   register_kernel<PointwiseProblem>({"cpu", kCpu, accept_all, cpu::pointwise});

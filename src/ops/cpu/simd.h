@@ -1,6 +1,6 @@
 // The cpu backend's vector layer: one source of math for every instruction set. Each ISA is a
 // namespace (simd::avx512: 16 f32 lanes, simd::avx2: 8 lanes with FMA, simd::scalar: one lane)
-// holding the same primitives (fmadd, select, abs, table lookup, a fixed-order horizontal sum,
+// holding the same primitives (fmadd, select, abs, table lookups, a fixed-order horizontal sum,
 // loads and stores of f32 and of the 16-bit formats with half.h's bits; those the two vector ISAs
 // write alike are in simd_vector.inc) under a `#pragma GCC target` region, and each includes
 // simd_math.inc, which writes exp, erf and the activations built on them once, over those
@@ -84,6 +84,13 @@ inline __m256i f16_bits(V x) {
 }
 inline void storeu(f16* p, V x) { _mm256_storeu_si256((__m256i*)p, f16_bits(x)); }
 inline V round_f16(V x) { return widen_f16(f16_bits(x)); }
+// The bits of kLanes 16-bit values, zero-extended, one a lane; tab[k] per lane (any k).
+inline VI load_bits16(const void* p) {
+  return (VI)_mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256((const __m256i*)p));
+}
+inline V gather(const float* tab, VI k) {
+  return (V)_mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, (__m512i)k, tab, 4);
+}
 #include "ops/cpu/simd_math.inc"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -113,6 +120,13 @@ inline V loadu(const f16* p) { return (V)_mm256_cvtph_ps(_mm_loadu_si128((const 
 inline __m128i f16_bits(V x) { return _mm256_cvtps_ph((__m256)x, _MM_FROUND_TO_NEAREST_INT); }
 inline void storeu(f16* p, V x) { _mm_storeu_si128((__m128i*)p, f16_bits(x)); }
 inline V round_f16(V x) { return (V)_mm256_cvtph_ps(f16_bits(x)); }
+inline VI load_bits16(const void* p) {
+  return (VI)_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p));
+}
+inline V gather(const float* tab, VI k) {
+  return (V)_mm256_mask_i32gather_ps(_mm256_setzero_ps(), tab, (__m256i)k,
+                                     _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4);
+}
 #include "ops/cpu/simd_math.inc"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -145,6 +159,12 @@ inline void storeu(bf16* p, V x) { *p = to_bf16(x); }
 inline void storeu(f16* p, V x) { *p = to_f16(x); }
 inline V round_bf16(V x) { return to_f32(to_bf16(x)); }
 inline V round_f16(V x) { return to_f32(to_f16(x)); }
+inline VI load_bits16(const void* p) {
+  uint16_t u;
+  std::memcpy(&u, p, sizeof u);
+  return u;
+}
+inline V gather(const float* tab, VI k) { return tab[k]; }
 #include "ops/cpu/simd_math.inc"
 }  // namespace scalar
 
