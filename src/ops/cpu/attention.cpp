@@ -32,6 +32,8 @@
 #include <memory>
 #include <vector>
 
+#include <omp.h>
+
 #include "mixprec/cpu_features.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
@@ -118,6 +120,23 @@ std::string declines(DType dt, DType sd, const Tensor& q, const Tensor& k, const
   return "";
 }
 
+// The rows of slice s (b * H + h) of the given [B, H, L, d] tensors, asked of the cache ahead of
+// their use: a unit's first reads of q, k, v (o and dO in the backward) otherwise wait on memory
+// row by row (their rows are apart: vit-tiny's q, k and v are views of one [B, L, 3, H, D]).
+template <class T>
+void prefetch_slice(std::initializer_list<const Tensor*> ts, int64_t H, int64_t s) {
+  for (const Tensor* t : ts) {
+    const Rows<const T> r(*t);
+    const char* base = reinterpret_cast<const char*>(r.slice(s / H, s % H));
+    const int64_t n = t->size(2), row = t->size(3) * int64_t{sizeof(T)};
+    for (int64_t i = 0; i < n; ++i) {
+      const char* p = base + i * r.sl * int64_t{sizeof(T)};
+      __builtin_prefetch(p, 0, 2);
+      if (row > 1) __builtin_prefetch(p + row - 1, 0, 2);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- per-thread buffers
 
 struct FwdBuffers {
@@ -192,6 +211,8 @@ void fwd_typed(const AttentionFwdProblem& p, simd::Isa isa, int64_t whole_floats
     for (int64_t u = 0; u < units; ++u) {
       const int64_t b = u / (g.H * groups), h = u / groups % g.H;
       const int64_t qb0 = u % groups * per_group, qb1 = std::min(nqb, qb0 + per_group);
+      if (groups == 1 && u + omp_get_num_threads() < units)  // the slice this thread takes next
+        prefetch_slice<T>({&p.q, &p.k, &p.v}, g.H, u + omp_get_num_threads());
       bad += isa == simd::Isa::avx512
                  ? tiles_avx512::fwd_unit<T>(g, w, q, k, v, o, lse, b, h, qb0, qb1)
                  : tiles_avx2::fwd_unit<T>(g, w, q, k, v, o, lse, b, h, qb0, qb1);
@@ -260,6 +281,8 @@ void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floa
       std::vector<float> part(share), row(g.Dp);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t s = 0; s < slices; ++s) {
+        if (s + omp_get_num_threads() < slices)  // the slice this thread takes next
+          prefetch_slice<T>({&p.q, &p.k, &p.v, &p.o, &p.dout}, g.H, s + omp_get_num_threads());
         bad += unit(w, s, 0, part.data());
         finish(s, part.data(), row.data());
       }
