@@ -2,12 +2,14 @@
 # --resume refuses every change to a setting that changes the trajectory, comparing numbers
 # exactly (lr 1e-7 vs 4e-7 used to pass as "0.000000"; seeds above 2^63 used to saturate), and names the option with the stored and
 # the new value. Settings that only observe or stop (--on-overflow warn vs stop, --threads) are
-# accepted; a different thread count prints a note.
+# accepted; a different thread count prints a note. --dtype auto on a resume takes the checkpoint's
+# type (and says so), so the machine's measurement never changes a resumed run's dtype.
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 make_tiny_data "$dir/data" 64
 common=(train --data "$dir/data" --batch-size 16 --epochs 3 --no-eval --threads 2 --lr 1e-7)
-"$M" "${common[@]}" --max-steps 2 --checkpoint "$dir/c.safetensors" > /dev/null || fail "first run failed"
+# bf16 named: --dtype auto (the default) would record the type measured faster on this machine.
+"$M" "${common[@]}" --max-steps 2 --dtype bf16 --checkpoint "$dir/c.safetensors" > /dev/null || fail "first run failed"
 # refused "needle" args...: resuming with args (after the common ones but --lr) is refused.
 refused() {
   local needle="$1"; shift
@@ -49,4 +51,13 @@ refused "--train-samples -1, this run has --train-samples 32" "${base[@]}" --lr 
 "$M" train --data "$dir/data" --batch-size 16 --epochs 3 --no-eval --threads 1 --lr 1e-7 --max-steps 4 \
   --resume "$dir/c.safetensors" > "$dir/out" || fail "resume with another thread count was refused"
 grep -q "note: the run was saved with --threads 2, this run has --threads 1" "$dir/out" || fail "no thread note"
+# --dtype auto on a resume keeps the checkpoint's type, whatever this machine would measure: a
+# resume never changes the dtype (a named other type is refused above).
+"$M" "${common[@]}" --max-steps 2 --dtype f16 --checkpoint "$dir/f16.safetensors" > /dev/null || fail "f16 run failed"
+"$M" "${common[@]}" --max-steps 4 --dtype auto --resume "$dir/f16.safetensors" > "$dir/out" ||
+  fail "resume of an f16 run with --dtype auto was refused"
+grep -qF "dtype auto: f16, as the run being resumed" "$dir/out" || fail "auto on resume: $(cat "$dir/out")"
+"$M" "${common[@]}" --max-steps 4 --dtype bf16 --resume "$dir/f16.safetensors" > "$dir/out" 2> "$dir/err" &&
+  fail "resume of an f16 run accepted --dtype bf16"
+grep -qF -- "--dtype f16, this run has --dtype bf16" "$dir/err" || fail "f16 -> bf16: $(cat "$dir/err")"
 echo "resume refuses changed settings"
