@@ -18,20 +18,25 @@
 //
 // Where rounding happens, for T = bf16 or f16 (for f32 there is none beyond f32 arithmetic):
 // every product is of two T values (exact in f32) accumulated in f32, i.e. the matmuls run "in
-// T with f32 accumulation". Scores s = scale * (q.k), the statistics m, l, lse and the softmax
-// arithmetic stay f32. Rounded to T: p before p.v (forward; l sums these same rounded p) and
-// before p^T.dO (backward); dS = p * (dP - D) (from the f32 p) before dS.k and dS^T.q; the
-// outputs o, dq, dk, dv once at the end (dq, dk scaled by `scale` in f32 first). D = rowsum(dO *
-// o) uses the rounded o. With softmax_dtype forced to 16 bits (a custom list), s, p, dP, D and dS
-// are also rounded to it, and the overflows of those roundings are counted (s in the forward,
-// dP and dS in the backward, over the entries the kernel forms).
+// T with f32 accumulation". For bf16 the scores (q.k and dO.v, over the head dim) add their
+// products in pairs, the odd index first: vdpbf16ps's order, which it runs in on AVX512-BF16 CPUs
+// (pair_gemm) and the f32 kernel follows elsewhere; the other products add in index order. Scores s
+// = scale * (q.k), the statistics m, l, lse and the softmax arithmetic stay f32. Rounded to T: p
+// before p.v (forward; l sums these same rounded p) and before p^T.dO (backward); dS = p * (dP - D)
+// (from the f32 p) before dS.k and dS^T.q; the outputs o, dq, dk, dv once at the end (dq, dk scaled
+// by `scale` in f32 first). D = rowsum(dO * o) uses the rounded o. With softmax_dtype forced to 16
+// bits (a custom list), s, p, dP, D and dS are also rounded to it, and the overflows of those
+// roundings are counted (s in the forward, dP and dS in the backward, over the entries the kernel
+// forms).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include "mixprec/cpu_features.h"
@@ -66,6 +71,7 @@ struct Geometry {
   DType sd;             // softmax dtype: f32, or a forced f16/bf16
   const uint8_t* mask;  // null, or [B, H, Lq, Lk] with strides ms
   int64_t ms[4];
+  bool dp = false;  // the scores through pair_gemm (use_pairs)
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p) {
@@ -142,6 +148,7 @@ void prefetch_slice(std::initializer_list<const Tensor*> ts, int64_t H, int64_t 
 struct FwdBuffers {
   bool whole;  // kw and vw hold a slice's rows, not a tile's
   std::vector<float> qt, st, acc, kw, vw, m, mnew, l, alpha;
+  std::vector<uint32_t> qw;  // q^T of the block as words (pair_gemm's B), under g.dp
   FwdBuffers(const Geometry& g, int64_t whole_floats)
       : whole(g.Lk * (g.D + g.Dvp) <= whole_floats),
         qt(g.D * kBr),                     // q^T of the block
@@ -152,11 +159,13 @@ struct FwdBuffers {
         m(kBr),
         mnew(kBr),
         l(kBr),
-        alpha(kBr) {}
+        alpha(kBr),
+        qw(g.dp ? g.D / 2 * kBr : 0) {}
 };
 
 struct BwdBuffers {
   std::vector<float> qr, dor, orow, delta, kr, kt, vt, s, dp, dk, dv;
+  std::vector<uint32_t> kw, vw;  // k^T and v^T of a tile as words (pair_gemm's B), under g.dp
   BwdBuffers(const Geometry& g)
       : qr(g.Lq * g.Dp),    // the slice's q rows (B of dK), if widened
         dor(g.Lq * g.Dvp),  // its dO rows (B of dV), if widened
@@ -168,8 +177,104 @@ struct BwdBuffers {
         s(kBr * kBc),       // s, then p: [row][key]
         dp(kBr * kBc),      // dP, then dS
         dk(kBc * g.Dp),
-        dv(kBc * g.Dvp) {}
+        dv(kBc * g.Dvp),
+        kw(g.dp ? g.D / 2 * kBc : 0),
+        vw(g.dp ? g.Dv / 2 * kBc : 0) {}
 };
+
+// ---------------------------------------------------------------- the scores in pairs (bf16)
+
+// C = A B for the bf16 scores (s = q k^T, dP = dO v^T, the forward's k q^T), whose inner index is
+// the head dim, two of it a step: AVX512-BF16's vdpbf16ps adds to each f32 lane the two products
+// of a pair, the odd one first, then the even one, each addition rounded to nearest even, with
+// subnormal inputs and results taken as zero (numerics.md). A product of two bf16 values is exact
+// in f32, so this is the f32 kernel's chain of FMAs taken in that order, which the f32 kernel
+// takes for bf16 scores on every ISA (Gemm::pairs): the same bits but below 2^-126. Twice the
+// work of an FMA an instruction, and the operands are half the size: q, k, dO, v are read as
+// they are (A: the words of their rows) or transposed as words (B), never widened.
+// A word (m, i) = the pair (A[m][2i], A[m][2i + 1]), at a + m * am + 2i (am in bf16 elements);
+// B word (i, n) = b[i * bk + n]; C[m][n] = c[m * cm + n], overwritten; np pairs; nv vectors of 16.
+struct PairGemm {
+  const bf16* a;
+  int64_t am;
+  const uint32_t* b;
+  int64_t bk;
+  float* c;
+  int64_t cm;
+  int64_t nm, np;
+  int nv;
+};
+void pair_gemm(const PairGemm& g);  // below, compiled for AVX512-BF16 (use_pairs checks the CPU)
+
+// g.dp: bf16 on AVX-512 with AVX512-BF16, even head dims, and rows whose pairs are 32-bit words
+// (even strides, 4-byte aligned data).
+bool use_pairs(const Geometry& g, DType dt, simd::Isa isa,
+               std::initializer_list<const Tensor*> ts) {
+  const CpuFeatures& f = cpu_features();
+  if (dt != DType::bf16 || isa != simd::Isa::avx512 || !f.avx512_bf16) return false;
+  if (g.D % 2 != 0 || g.Dv % 2 != 0) return false;
+  for (const Tensor* t : ts) {
+    if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 4 != 0) return false;
+    for (int d = 0; d < 3; ++d)
+      if (t->strides()[static_cast<size_t>(d)] % 2 != 0) return false;
+  }
+  return true;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+
+template <int MR, int NV> void pair_tile(const PairGemm& g, int64_t m0) {
+  __m512 r[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) r[m][v] = _mm512_setzero_ps();
+  const bf16* a = g.a + m0 * g.am;
+  const uint32_t* b = g.b;
+  for (int64_t i = 0; i < g.np; ++i, a += 2, b += g.bk) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + v * 16);
+    for (int m = 0; m < MR; ++m) {
+      uint32_t w;
+      std::memcpy(&w, a + m * g.am, sizeof w);
+      const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(w));
+      for (int v = 0; v < NV; ++v) r[m][v] = _mm512_dpbf16_ps(r[m][v], x, bv[v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(g.c + (m0 + m) * g.cm + v * 16, r[m][v]);
+}
+
+template <int NV, int M> void pair_rest(const PairGemm& g, int64_t m0, int64_t rest) {
+  if constexpr (M > 0) {
+    if (rest == M)
+      pair_tile<M, NV>(g, m0);
+    else
+      pair_rest<NV, M - 1>(g, m0, rest);
+  }
+}
+
+template <int NV> void pair_nv(const PairGemm& g) {
+  constexpr int MR = NV == 1 ? 16 : NV == 2 ? 8 : NV == 3 ? 5 : 4;  // 16 accumulators at most
+  int64_t m0 = 0;
+  for (; m0 + MR <= g.nm; m0 += MR) pair_tile<MR, NV>(g, m0);
+  if (m0 < g.nm) pair_rest<NV, MR - 1>(g, m0, g.nm - m0);
+}
+
+void pair_gemm(const PairGemm& g) {
+  for (int v0 = 0; v0 < g.nv; v0 += 4) {
+    PairGemm h = g;
+    h.b += v0 * 16;
+    h.c += v0 * 16;
+    switch (std::min(4, g.nv - v0)) {
+      case 1: pair_nv<1>(h); break;
+      case 2: pair_nv<2>(h); break;
+      case 3: pair_nv<3>(h); break;
+      default: pair_nv<4>(h); break;
+    }
+  }
+}
+
+#pragma GCC pop_options
 
 // ---------------------------------------------------------------- the kernels, once per ISA
 
@@ -193,7 +298,8 @@ using namespace simd::avx2;
 
 template <class T>
 void fwd_typed(const AttentionFwdProblem& p, simd::Isa isa, int64_t whole_floats) {
-  const Geometry g = geometry(p.q, p.k, p.v, p.params);
+  Geometry g = geometry(p.q, p.k, p.v, p.params);
+  g.dp = use_pairs(g, p.q.dtype(), isa, {&p.q, &p.k, &p.v});
   const Rows<const T> q(p.q), k(p.k), v(p.v);
   const Rows<T> o(p.o);
   float* lse = static_cast<float*>(p.lse.data_ptr());
@@ -251,7 +357,8 @@ void bwd_nan_rows(const Geometry& g, const AttentionBwdProblem& p, int64_t b, in
 // every unit first, then the sum of each slice's shares.
 template <class T>
 void bwd_typed(const AttentionBwdProblem& p, simd::Isa isa, int64_t scratch_floats) {
-  const Geometry g = geometry(p.q, p.k, p.v, p.params);
+  Geometry g = geometry(p.q, p.k, p.v, p.params);
+  g.dp = use_pairs(g, p.q.dtype(), isa, {&p.q, &p.k, &p.v, &p.dout});
   const int64_t slices = g.B * g.H, tiles = (g.Lk + kBc - 1) / kBc;
   if (slices == 0) return;  // B or H is 0: nothing to compute
   const int64_t want = std::clamp<int64_t>((kMinUnits + slices - 1) / slices, 1,
