@@ -445,7 +445,7 @@ std::vector<Tensor> run_fused_on(ops::cpu::simd::Isa isa, int64_t scratch, const
 TEST(Attention, FusedKernelGivesTheSameBitsOnEveryIsa) {
   // Every value is a chain over one index in order, one output per lane: AVX-512 (16 lanes) and
   // AVX2 (8) agree bit for bit, at lengths and head dims off both widths, masks and forced
-  // softmax dtypes included. On an AVX512-BF16 CPU the bf16 scores run through vdpbf16ps on
+  // softmax dtypes included. On an AVX512-BF16 CPU the bf16 products run through vdpbf16ps on
   // AVX-512 and through FMAs in its pair order on AVX2: this compares the two (an FMA chain in
   // index order fails it).
   using ops::cpu::simd::Isa;

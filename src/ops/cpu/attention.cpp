@@ -18,9 +18,9 @@
 //
 // Where rounding happens, for T = bf16 or f16 (for f32 there is none beyond f32 arithmetic):
 // every product is of two T values (exact in f32) accumulated in f32, i.e. the matmuls run "in
-// T with f32 accumulation". For bf16 the scores (q.k and dO.v, over the head dim) add their
-// products in pairs, the odd index first: vdpbf16ps's order, which it runs in on AVX512-BF16 CPUs
-// (pair_gemm) and the f32 kernel follows elsewhere; the other products add in index order. Scores s
+// T with f32 accumulation". For bf16 every product adds in pairs of its inner index (the head
+// dim, the query rows or the keys), the odd one first: vdpbf16ps's order, which it runs in on
+// AVX512-BF16 CPUs (pair_gemm) and the f32 kernel follows elsewhere. Scores s
 // = scale * (q.k), the statistics m, l, lse and the softmax arithmetic stay f32. Rounded to T: p
 // before p.v (forward; l sums these same rounded p) and before p^T.dO (backward); dS = p * (dP - D)
 // (from the f32 p) before dS.k and dS^T.q; the outputs o, dq, dk, dv once at the end (dq, dk scaled
@@ -71,7 +71,7 @@ struct Geometry {
   DType sd;             // softmax dtype: f32, or a forced f16/bf16
   const uint8_t* mask;  // null, or [B, H, Lq, Lk] with strides ms
   int64_t ms[4];
-  bool dp = false;  // the scores through pair_gemm (use_pairs)
+  bool dp = false;  // the products through pair_gemm (use_pairs)
 };
 
 Geometry geometry(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p) {
@@ -148,7 +148,8 @@ void prefetch_slice(std::initializer_list<const Tensor*> ts, int64_t H, int64_t 
 struct FwdBuffers {
   bool whole;  // kw and vw hold a slice's rows, not a tile's
   std::vector<float> qt, st, acc, kw, vw, m, mnew, l, alpha;
-  std::vector<uint32_t> qw;  // q^T of the block as words (pair_gemm's B), under g.dp
+  std::vector<uint32_t> qw;      // q^T of the block as words (pair_gemm's B), under g.dp
+  std::vector<uint32_t> pw, vp;  // p's key pairs [key / 2][row], v's [key / 2][Dvp], under g.dp
   FwdBuffers(const Geometry& g, int64_t whole_floats)
       : whole(g.Lk * (g.D + g.Dvp) <= whole_floats),
         qt(g.D * kBr),                     // q^T of the block
@@ -160,12 +161,18 @@ struct FwdBuffers {
         mnew(kBr),
         l(kBr),
         alpha(kBr),
-        qw(g.dp ? g.D / 2 * kBr : 0) {}
+        qw(g.dp ? g.D / 2 * kBr : 0),
+        pw(g.dp ? kBc / 2 * kBr : 0),
+        vp(g.dp ? kBc / 2 * g.Dvp : 0) {}
 };
 
 struct BwdBuffers {
   std::vector<float> qr, dor, orow, delta, kr, kt, vt, s, dp, dk, dv;
   std::vector<uint32_t> kw, vw;  // k^T and v^T of a tile as words (pair_gemm's B), under g.dp
+  // Under g.dp: q's and dO's row pairs for the slice [Lq / 2][Dp or Dvp], k's of a tile
+  // [kBc / 2][Dp]; p's and dS's row pairs [kBr / 2][kBc]; dS rows as bf16 [kBr][kBc].
+  std::vector<uint32_t> qp, dop, kp, sp, dsp;
+  std::vector<bf16> ds16;
   BwdBuffers(const Geometry& g)
       : qr(g.Lq * g.Dp),    // the slice's q rows (B of dK), if widened
         dor(g.Lq * g.Dvp),  // its dO rows (B of dV), if widened
@@ -179,30 +186,41 @@ struct BwdBuffers {
         dk(kBc * g.Dp),
         dv(kBc * g.Dvp),
         kw(g.dp ? g.D / 2 * kBc : 0),
-        vw(g.dp ? g.Dv / 2 * kBc : 0) {}
+        vw(g.dp ? g.Dv / 2 * kBc : 0),
+        qp(g.dp ? g.Lq / 2 * g.Dp : 0),
+        dop(g.dp ? g.Lq / 2 * g.Dvp : 0),
+        kp(g.dp ? kBc / 2 * g.Dp : 0),
+        sp(g.dp ? kBr / 2 * kBc : 0),
+        dsp(g.dp ? kBr / 2 * kBc : 0),
+        ds16(g.dp ? kBr * kBc : 0) {}
 };
 
-// ---------------------------------------------------------------- the scores in pairs (bf16)
+// ---------------------------------------------------------------- the products in pairs (bf16)
 
-// C = A B for the bf16 scores (s = q k^T, dP = dO v^T, the forward's k q^T), whose inner index is
-// the head dim, two of it a step: AVX512-BF16's vdpbf16ps adds to each f32 lane the two products
-// of a pair, the odd one first, then the even one, each addition rounded to nearest even, with
-// subnormal inputs and results taken as zero (numerics.md). A product of two bf16 values is exact
-// in f32, so this is the f32 kernel's chain of FMAs taken in that order, which the f32 kernel
-// takes for bf16 scores on every ISA (Gemm::pairs): the same bits but below 2^-126. Twice the
-// work of an FMA an instruction, and the operands are half the size: q, k, dO, v are read as
-// they are (A: the words of their rows) or transposed as words (B), never widened.
-// A word (m, i) = the pair (A[m][2i], A[m][2i + 1]), at a + m * am + 2i (am in bf16 elements);
-// B word (i, n) = b[i * bk + n]; C[m][n] = c[m * cm + n], overwritten; np pairs; nv vectors of 16.
+// C (+)= A B for bf16 operands, two of the inner index a step: AVX512-BF16's vdpbf16ps adds to
+// each f32 lane the two products of a pair, the odd one first, then the even one, each addition
+// rounded to nearest even, with subnormal inputs and results taken as zero (numerics.md). A
+// product of two bf16 values is exact in f32, so this is the f32 kernel's chain of FMAs taken in
+// that order, which the f32 kernel takes for bf16 on every ISA (Gemm::pairs): the same bits but
+// below 2^-126. Twice the work of an FMA an instruction, on operands of half the size. The
+// scores (s = q k^T, dP = dO v^T, the forward's k q^T) pair along the head dim: q, k, dO are read
+// as the words of their rows, k^T, v^T, q^T transposed as words (transpose_words). The others
+// pair along the query rows (p^T dO, dS^T q) or the keys (dS k, p v), when that count is even:
+// two rows of p or dS become words (pair_rows), dS's rows bf16 words, and q, dO, k, v rows are
+// interleaved in pairs (interleave_rows); an odd count takes the f32 kernel, in the same order.
+// A word (m, i) = the pair (A[m][2i], A[m][2i + 1]) (its low half A[m][2i]), B word (i, n) the
+// pair (B[2i][n], B[2i + 1][n]); C[m][n] = c[m * cm + n]; np pairs; nv vectors of 16.
 struct PairGemm {
-  const bf16* a;
-  int64_t am;
+  const uint32_t* a;
+  int64_t am, ai;  // A word (m, i) = a[m * am + i * ai]
   const uint32_t* b;
   int64_t bk;
   float* c;
   int64_t cm;
   int64_t nm, np;
   int nv;
+  bool accumulate = false;  // C (times mscale[m], if given) plus the sums, as Gemm
+  const float* mscale = nullptr;
 };
 void pair_gemm(const PairGemm& g);  // below, compiled for AVX512-BF16 (use_pairs checks the CPU)
 
@@ -227,10 +245,14 @@ bool use_pairs(const Geometry& g, DType dt, simd::Isa isa,
 template <int MR, int NV> void pair_tile(const PairGemm& g, int64_t m0) {
   __m512 r[MR][NV];
   for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) r[m][v] = _mm512_setzero_ps();
-  const bf16* a = g.a + m0 * g.am;
+    for (int v = 0; v < NV; ++v) {
+      r[m][v] =
+          g.accumulate ? _mm512_loadu_ps(g.c + (m0 + m) * g.cm + v * 16) : _mm512_setzero_ps();
+      if (g.mscale) r[m][v] = _mm512_mul_ps(r[m][v], _mm512_set1_ps(g.mscale[m0 + m]));
+    }
+  const uint32_t* a = g.a + m0 * g.am;
   const uint32_t* b = g.b;
-  for (int64_t i = 0; i < g.np; ++i, a += 2, b += g.bk) {
+  for (int64_t i = 0; i < g.np; ++i, a += g.ai, b += g.bk) {
     __m512bh bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + v * 16);
     for (int m = 0; m < MR; ++m) {
